@@ -1,0 +1,121 @@
+"""Conversations and their messages."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response, status
+
+from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
+from app.errors import PayloadTooLarge, Unprocessable
+from app.schemas import (
+    AppendMessagesIn,
+    AppendMessagesOut,
+    ConversationOut,
+    ConversationsPageOut,
+    MessagesPageOut,
+)
+
+router = APIRouter(tags=["conversations"])
+
+
+@router.post(
+    "/conversations/{conversation_id}/messages",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AppendMessagesOut,
+    responses={413: {"description": "Too many messages or a message too long"}},
+)
+async def append_messages(
+    conversation_id: ConversationIdPath,
+    body: AppendMessagesIn,
+    service: ServiceDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            min_length=1,
+            max_length=255,
+            pattern=r"^[\x21-\x7e]+$",
+            description="Retrying a POST with the same key returns the original result.",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """Store a round (usually a user and an assistant message) and maybe start a summary."""
+    if len(body.messages) > settings.MEMORY_MAX_MESSAGES_PER_REQUEST:
+        raise PayloadTooLarge(
+            f"at most {settings.MEMORY_MAX_MESSAGES_PER_REQUEST} messages per request, "
+            f"got {len(body.messages)}"
+        )
+    for index, message in enumerate(body.messages):
+        if len(message.content) > settings.MEMORY_MAX_MESSAGE_CHARS:
+            raise PayloadTooLarge(
+                f"messages[{index}].content has {len(message.content)} characters; "
+                f"the limit is {settings.MEMORY_MAX_MESSAGE_CHARS}"
+            )
+    result = await service.append_messages(
+        tenant_id=tenant,
+        conversation_id=conversation_id,
+        items=[(m.role, m.content) for m in body.messages],
+        metadata=body.metadata,
+        idempotency_key=idempotency_key,
+    )
+    if result.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return result.body
+
+
+@router.get("/conversations/{conversation_id}/messages", response_model=MessagesPageOut)
+async def list_messages(
+    conversation_id: ConversationIdPath,
+    service: ServiceDep,
+    tenant: TenantDep,
+    after_sequence: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Messages with sequence > after_sequence, oldest first."""
+    page = await service.list_messages(
+        tenant_id=tenant,
+        conversation_id=conversation_id,
+        after_sequence=after_sequence,
+        limit=limit,
+    )
+    return {
+        "conversation_id": conversation_id,
+        "messages": page,
+        "next_after_sequence": page[-1]["sequence"] if len(page) == limit else None,
+    }
+
+
+@router.get("/conversations/{conversation_id}", response_model=ConversationOut)
+async def get_conversation(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    return await service.get_conversation(tenant_id=tenant, conversation_id=conversation_id)
+
+
+@router.delete("/conversations/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_conversation(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> Response:
+    """Delete the conversation, its messages and its memories."""
+    await service.delete_conversation(tenant_id=tenant, conversation_id=conversation_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/conversations", response_model=ConversationsPageOut)
+async def list_conversations(
+    service: ServiceDep,
+    tenant: TenantDep,
+    after: Annotated[str | None, Query(max_length=50)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Conversations ordered by id; pass next_after as ``after`` for the next page."""
+    if after is not None and "\x00" in after:
+        raise Unprocessable("after must not contain NUL characters")
+    page = await service.list_conversations(tenant_id=tenant, after=after, limit=limit)
+    return {
+        "conversations": page,
+        "next_after": page[-1]["conversation_id"] if len(page) == limit else None,
+    }

@@ -1,0 +1,70 @@
+"""`memory-service`: serve (migrating first) or migrate."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.settings import SettingsError, load_settings
+
+logger = logging.getLogger("app")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memory-service", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="apply migrations, then serve HTTP")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--no-migrate", action="store_true", help="skip `alembic upgrade head`")
+    sub.add_parser("migrate", help="apply migrations and exit")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"memory-service: {exc}", file=sys.stderr)
+        return 2
+
+    from app.db import migrate, resolve_database_url
+    from app.main import configure_logging
+
+    configure_logging(settings.LOG_LEVEL)
+    url = resolve_database_url(settings)
+    if args.command == "migrate" or not args.no_migrate:
+        migrate(url)
+        logger.info("Database migrated to head")
+    if args.command == "migrate":
+        return 0
+
+    import uvicorn
+
+    from app.main import create_app
+
+    if settings.DATABASE_URL is None and args.workers > 1:
+        print("memory-service: --workers > 1 needs DATABASE_URL", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        uvicorn.run(
+            "app.main:app",
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            access_log=False,
+            log_config=None,
+        )
+    else:
+        uvicorn.run(
+            create_app(settings),
+            host=args.host,
+            port=args.port,
+            access_log=False,
+            log_config=None,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

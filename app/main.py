@@ -1,0 +1,138 @@
+"""App factory and lifespan: engine, summarizer, background runner."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from app.api import context, conversations, health, ops
+from app.api.deps import api_key_digests
+from app.db import create_engine, head_revision, resolve_database_url
+from app.errors import AppError
+from app.memory.policy import SlidingWindowPolicy
+from app.memory.service import MemoryService
+from app.memory.summarizers import OfflineSummarizer, OpenAISummarizer, Summarizer
+from app.settings import Settings, SummarizerKind, load_settings
+
+logger = logging.getLogger("app")
+
+
+def build_summarizer(settings: Settings) -> Summarizer:
+    if settings.summarizer_kind is SummarizerKind.OPENAI:
+        assert settings.OPENAI_API_KEY is not None  # checked by Settings
+        return OpenAISummarizer(
+            api_key=settings.OPENAI_API_KEY.get_secret_value(),
+            model=settings.MEMORY_MODEL,
+            base_url=settings.OPENAI_BASE_URL,
+            timeout_seconds=settings.MEMORY_LLM_TIMEOUT_SECONDS,
+            max_retries=settings.MEMORY_LLM_MAX_RETRIES,
+            max_chars=settings.MEMORY_SUMMARY_MAX_CHARS,
+        )
+    return OfflineSummarizer(max_chars=settings.MEMORY_SUMMARY_MAX_CHARS)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    logging.getLogger("app").setLevel(level)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(resolve_database_url(settings), settings)
+        summarizer = build_summarizer(settings)
+        service = MemoryService(
+            engine=engine,
+            policy=SlidingWindowPolicy(
+                window_size=settings.MEMORY_ROLLING_WINDOW_SIZE,
+                summarize_after_seq=settings.MEMORY_SUMMARIZE_AFTER_SEQ,
+            ),
+            summarizer=summarizer,
+            lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
+            max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
+            max_pending=settings.MEMORY_MAX_PENDING_SUMMARIES,
+            maintenance_interval=settings.MEMORY_REAPER_INTERVAL_SECONDS,
+        )
+        app.state.engine = engine
+        app.state.service = service
+        logger.info("Memory service up: summarizer=%s", summarizer.name)
+        service.runner.start()
+        try:
+            yield
+        finally:
+            await service.runner.shutdown(settings.MEMORY_SHUTDOWN_GRACE_SECONDS)
+            await summarizer.aclose()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Conversation memory service",
+        version="0.1.0",
+        description="Rounds in, bounded context out: sliding-window summaries with a gap fallback.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.api_key_digests = api_key_digests(settings)
+    app.state.head_revision = head_revision()
+    for module in (conversations, context, ops, health):
+        app.include_router(module.router)
+
+    @app.exception_handler(AppError)
+    async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse(
+            status_code=exc.status_code,
+            content={"detail": exc.message, "code": exc.code},
+            headers=headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": errors, "code": "invalid_request"})
+
+    @app.exception_handler(DBAPIError)
+    @app.exception_handler(PoolTimeoutError)
+    @app.exception_handler(OSError)
+    async def _db_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        # Connection-level failures (DB restarting, unreachable, pool exhausted) are transient:
+        # answer 503 at once so clients retry, instead of hanging or a bare 500.
+        if isinstance(exc, DBAPIError) and not _is_connection_error(exc):
+            raise exc
+        logger.warning("Database unavailable: %s", type(exc).__name__)
+        return JSONResponse(
+            status_code=503,
+            content={"detail": "database unavailable, retry shortly", "code": "unavailable"},
+            headers={"Retry-After": "1"},
+        )
+
+    return app
+
+
+def _is_connection_error(exc: DBAPIError) -> bool:
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+
+
+def app_from_env() -> FastAPI:
+    """Entry point for ``uvicorn app.main:app`` style use."""
+    settings = load_settings()
+    configure_logging(settings.LOG_LEVEL)
+    return create_app(settings)
+
+
+def __getattr__(name: str) -> FastAPI:
+    # `uvicorn app.main:app` works without building an app (and reading settings) at import.
+    if name == "app":
+        return app_from_env()
+    raise AttributeError(name)

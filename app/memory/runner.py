@@ -1,0 +1,103 @@
+"""Background summaries: one runner owns starting, capping, tracking and stopping them.
+
+Each summary is an asyncio task (a reference is kept until it ends). At most
+``max_concurrent`` run at once; up to ``max_pending`` more may wait for a slot, and past that
+``has_capacity()`` is False so the service does not start new ones (the next round retries).
+A maintenance loop renews the leases of the rows this process owns (so no reaper fails them)
+and reaps expired leases left by dead workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
+
+
+class SummaryRunner:
+    def __init__(
+        self,
+        *,
+        work: Callable[[int], Awaitable[None]],
+        maintenance: Callable[[list[int]], Awaitable[None]],
+        max_concurrent: int,
+        max_pending: int,
+        maintenance_interval: float,
+    ) -> None:
+        self._work = work
+        self._maintenance = maintenance
+        self.max_concurrent = max_concurrent
+        self.max_pending = max_pending
+        self._interval = maintenance_interval
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._running = 0
+        self._maintainer: asyncio.Task[None] | None = None
+        self.accepting = False
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._tasks) - self._running
+
+    def owned(self) -> list[int]:
+        """Memory ids of the summaries this process is running or about to run."""
+        return list(self._tasks)
+
+    def has_capacity(self) -> bool:
+        return self.accepting and len(self._tasks) < self.max_concurrent + self.max_pending
+
+    def start(self) -> None:
+        self.accepting = True
+        self._maintainer = asyncio.create_task(self._maintain_forever(), name="memory-maintenance")
+
+    def submit(self, memory_id: int) -> None:
+        """Run the summary of ``memory_id`` in the background (its row is already committed)."""
+        task = asyncio.create_task(self._run(memory_id), name=f"summary-{memory_id}")
+        self._tasks[memory_id] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(memory_id, None))
+
+    async def _run(self, memory_id: int) -> None:
+        async with self._slots:
+            self._running += 1
+            try:
+                await self._work(memory_id)
+            finally:
+                self._running -= 1
+
+    async def _maintain_forever(self) -> None:
+        while True:
+            try:
+                await self._maintenance(self.owned())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("memory maintenance failed; retrying next tick", exc_info=True)
+            await asyncio.sleep(self._interval)
+
+    async def wait_idle(self) -> None:
+        """Wait until every submitted summary has ended (used by tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """Stop accepting, give running summaries ``grace_seconds`` to finish, cancel the rest
+        (their rows are failed by the work function, or by a reaper if the DB is gone)."""
+        self.accepting = False
+        if self._tasks:
+            logger.info("Waiting up to %.0fs for %d summaries", grace_seconds, len(self._tasks))
+            try:
+                await asyncio.wait_for(self.wait_idle(), timeout=grace_seconds)
+            except TimeoutError:
+                for task in list(self._tasks.values()):
+                    task.cancel()
+                await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        if self._maintainer is not None:
+            self._maintainer.cancel()
+            await asyncio.gather(self._maintainer, return_exceptions=True)
+            self._maintainer = None

@@ -1,0 +1,121 @@
+"""Table definitions (SQLAlchemy Core). The Alembic migrations are the source of truth for DDL;
+these mirror them so queries are typed and the naming convention keeps constraint names stable."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ROLES = ("user", "assistant", "system", "tool")
+STATUSES = ("processing", "completed", "failed")
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("conversation_id", String(50), primary_key=True),
+    Column("tenant_id", String(64), nullable=False, server_default="default"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("next_sequence", Integer, nullable=False, server_default="0"),
+    Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column(
+        "conversation_id",
+        String(50),
+        ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("sequence", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "sequence", name="uq_messages_conversation_sequence"),
+    CheckConstraint("role IN ('user', 'assistant', 'system', 'tool')", name="role"),
+    CheckConstraint("sequence >= 0", name="sequence_non_negative"),
+)
+
+memory = Table(
+    "memory",
+    metadata,
+    Column("memory_id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "conversation_id",
+        String(50),
+        ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("memory_text", Text, nullable=False),
+    Column("start_sequence", Integer, nullable=False),
+    Column("end_sequence", Integer, nullable=False),
+    Column("base_memory_id", Integer, ForeignKey("memory.memory_id"), nullable=True),
+    Column("status", String(20), nullable=False, server_default="completed"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("generation_time_ms", Integer, nullable=True),
+    Column("completed_at", DateTime(timezone=True), nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="1"),
+    Column("error", Text, nullable=True),
+    CheckConstraint("status IN ('processing', 'completed', 'failed')", name="status"),
+    CheckConstraint("0 <= start_sequence AND start_sequence <= end_sequence", name="window"),
+    Index(
+        "idx_memory_conversation_status",
+        "conversation_id",
+        "status",
+        text("end_sequence DESC"),
+    ),
+    Index(
+        "uq_memory_one_processing_per_conversation",
+        "conversation_id",
+        unique=True,
+        postgresql_where=text("status = 'processing'"),
+    ),
+    Index(
+        "ix_memory_processing_lease",
+        "lease_expires_at",
+        postgresql_where=text("status = 'processing'"),
+    ),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column(
+        "conversation_id",
+        String(50),
+        ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("response", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "idempotency_key", name="pk_idempotency_keys"),
+)

@@ -1,0 +1,331 @@
+"""SQL for the memory table (seed 004), including the context read and the ops queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.memory.policy import MemoryRef
+
+_MEMORY_COLUMNS = (
+    "memory_id, conversation_id, memory_text, start_sequence, end_sequence, base_memory_id, "
+    "status, created_at, generation_time_ms, completed_at, lease_expires_at, attempts, error"
+)
+
+
+async def latest_completed(conn: AsyncConnection, *, conversation_id: str) -> MemoryRef | None:
+    row = (
+        await conn.execute(
+            text(
+                """
+                SELECT memory_id, start_sequence, end_sequence FROM memory
+                WHERE conversation_id = :conversation_id AND status = 'completed'
+                ORDER BY end_sequence DESC, memory_id DESC
+                LIMIT 1
+                """
+            ),
+            {"conversation_id": conversation_id},
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return MemoryRef(
+        memory_id=row.memory_id, start_sequence=row.start_sequence, end_sequence=row.end_sequence
+    )
+
+
+async def insert_processing(
+    conn: AsyncConnection,
+    *,
+    conversation_id: str,
+    start_sequence: int,
+    end_sequence: int,
+    base_memory_id: int | None,
+    lease_seconds: float,
+) -> dict[str, Any] | None:
+    """Insert the 'processing' row, or nothing when one already exists for the conversation.
+
+    The partial unique index makes this the one place that decides, across replicas, who starts
+    the summary: the loser of a race gets None and starts no task.
+    """
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                INSERT INTO memory (conversation_id, memory_text, start_sequence, end_sequence,
+                                    base_memory_id, status, lease_expires_at)
+                VALUES (:conversation_id, '', :start, :end, :base, 'processing',
+                        now() + make_interval(secs => :lease))
+                ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
+                RETURNING {_MEMORY_COLUMNS}
+                """
+            ),
+            {
+                "conversation_id": conversation_id,
+                "start": start_sequence,
+                "end": end_sequence,
+                "base": base_memory_id,
+                "lease": lease_seconds,
+            },
+        )
+    ).one_or_none()
+    return None if row is None else dict(row._mapping)
+
+
+async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(
+            text(f"SELECT {_MEMORY_COLUMNS} FROM memory WHERE memory_id = :memory_id"),
+            {"memory_id": memory_id},
+        )
+    ).one_or_none()
+    return None if row is None else dict(row._mapping)
+
+
+async def complete(
+    conn: AsyncConnection, *, memory_id: int, memory_text: str, generation_time_ms: int
+) -> bool:
+    """Mark a processing row completed. False when it is no longer processing (reaped or its
+    conversation deleted), in which case the result is discarded."""
+    done = await conn.scalar(
+        text(
+            """
+            UPDATE memory
+            SET status = 'completed', memory_text = :memory_text,
+                generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
+                error = NULL
+            WHERE memory_id = :memory_id AND status = 'processing'
+            RETURNING 1
+            """
+        ),
+        {"memory_id": memory_id, "memory_text": memory_text, "ms": generation_time_ms},
+    )
+    return done is not None
+
+
+async def fail(conn: AsyncConnection, *, memory_id: int, error: str, generation_time_ms: int | None) -> bool:
+    done = await conn.scalar(
+        text(
+            """
+            UPDATE memory
+            SET status = 'failed', error = :error, generation_time_ms = :ms,
+                completed_at = now(), lease_expires_at = NULL
+            WHERE memory_id = :memory_id AND status = 'processing'
+            RETURNING 1
+            """
+        ),
+        {"memory_id": memory_id, "error": error[:2000], "ms": generation_time_ms},
+    )
+    return done is not None
+
+
+async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float) -> int:
+    result = await conn.execute(
+        text(
+            """
+            UPDATE memory SET lease_expires_at = now() + make_interval(secs => :lease)
+            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
+            """
+        ),
+        {"ids": memory_ids, "lease": lease_seconds},
+    )
+    return int(result.rowcount)
+
+
+async def reap_expired(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """Fail processing rows whose lease expired (their worker died). Safe to run from every
+    replica at once: each row moves once, and rows whose owner renews its lease are untouched."""
+    rows = await conn.execute(
+        text(
+            """
+            UPDATE memory
+            SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
+                error = 'lease expired: the worker stopped renewing it (crash, kill or redeploy)'
+            WHERE status = 'processing' AND lease_expires_at < now()
+            RETURNING memory_id, conversation_id, start_sequence, end_sequence
+            """
+        )
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def restart_failed(
+    conn: AsyncConnection, *, memory_id: int, tenant_id: str, lease_seconds: float
+) -> dict[str, Any] | str | None:
+    """Move a failed row back to processing for a retry. Returns the row, None when there is no
+    such failed row for the tenant, or 'busy' when the conversation already has one processing."""
+    owned = await conn.scalar(
+        text(
+            """
+            SELECT m.status FROM memory m JOIN conversations c USING (conversation_id)
+            WHERE m.memory_id = :memory_id AND c.tenant_id = :tenant_id
+            """
+        ),
+        {"memory_id": memory_id, "tenant_id": tenant_id},
+    )
+    if owned != "failed":
+        return None
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                UPDATE memory
+                SET status = 'processing', error = NULL, completed_at = NULL,
+                    generation_time_ms = NULL, attempts = attempts + 1,
+                    lease_expires_at = now() + make_interval(secs => :lease)
+                WHERE memory_id = :memory_id AND status = 'failed'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM memory p
+                      WHERE p.conversation_id = memory.conversation_id AND p.status = 'processing')
+                RETURNING {_MEMORY_COLUMNS}
+                """
+            ),
+            {"memory_id": memory_id, "lease": lease_seconds},
+        )
+    ).one_or_none()
+    return "busy" if row is None else dict(row._mapping)
+
+
+# One round trip for GET /context: the conversation, its latest completed memory, the memory in
+# flight, and the gap (every message after the completed memory's end), as JSON built by
+# PostgreSQL so no ORM objects are materialised.
+_CONTEXT = text(
+    """
+    WITH conv AS (
+        SELECT conversation_id, next_sequence FROM conversations
+        WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id
+    ), mem AS (
+        SELECT memory_id, memory_text AS text, start_sequence, end_sequence, base_memory_id,
+               created_at, completed_at, generation_time_ms
+        FROM memory
+        WHERE conversation_id = :conversation_id AND status = 'completed'
+          AND EXISTS (SELECT 1 FROM conv)
+        ORDER BY end_sequence DESC, memory_id DESC
+        LIMIT 1
+    ), proc AS (
+        SELECT memory_id, start_sequence, end_sequence, base_memory_id, created_at
+        FROM memory
+        WHERE conversation_id = :conversation_id AND status = 'processing'
+          AND EXISTS (SELECT 1 FROM conv)
+    )
+    SELECT
+        (SELECT next_sequence FROM conv) AS next_sequence,
+        (SELECT row_to_json(mem) FROM mem)::text AS memory,
+        (SELECT row_to_json(proc) FROM proc)::text AS processing,
+        (SELECT coalesce(json_agg(json_build_object(
+                    'sequence', g.sequence, 'role', g.role, 'content', g.content,
+                    'created_at', g.created_at) ORDER BY g.sequence), '[]')
+         FROM messages g
+         WHERE g.conversation_id = :conversation_id AND EXISTS (SELECT 1 FROM conv)
+           AND g.sequence > coalesce((SELECT end_sequence FROM mem), -1))::text AS messages
+    """
+)
+
+
+async def context(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> dict[str, Any] | None:
+    row = (await conn.execute(_CONTEXT, {"conversation_id": conversation_id, "tenant_id": tenant_id})).one()
+    if row.next_sequence is None:
+        return None
+    return {
+        "next_sequence": row.next_sequence,
+        "memory": orjson.loads(row.memory) if row.memory else None,
+        "processing": orjson.loads(row.processing) if row.processing else None,
+        "messages": orjson.loads(row.messages),
+    }
+
+
+async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str, Any]]:
+    """Seed 004's version-chain query: every memory with its base's end sequence."""
+    rows = await conn.execute(
+        text(
+            """
+            SELECT m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status,
+                   m.created_at, m.completed_at, m.generation_time_ms, m.attempts, m.error,
+                   m.memory_text AS text, b.end_sequence AS base_end_seq
+            FROM memory m
+            LEFT JOIN memory b ON m.base_memory_id = b.memory_id
+            WHERE m.conversation_id = :conversation_id
+            ORDER BY m.end_sequence DESC, m.memory_id DESC
+            """
+        ),
+        {"conversation_id": conversation_id},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def stuck(conn: AsyncConnection, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:
+    """Seed 004's stuck-task query, with the lease so ops can tell dead workers from slow ones."""
+    rows = await conn.execute(
+        text(
+            """
+            SELECT m.conversation_id, m.memory_id, m.created_at, m.lease_expires_at,
+                   extract(epoch FROM now() - m.created_at) AS age_seconds
+            FROM memory m JOIN conversations c USING (conversation_id)
+            WHERE c.tenant_id = :tenant_id AND m.status = 'processing'
+              AND m.created_at < now() - make_interval(secs => :older)
+            ORDER BY m.created_at
+            """
+        ),
+        {"tenant_id": tenant_id, "older": older_than_seconds},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def failures(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    rows = await conn.execute(
+        text(
+            """
+            SELECT m.conversation_id, m.memory_id, m.start_sequence, m.end_sequence,
+                   m.created_at, m.completed_at, m.attempts, m.error
+            FROM memory m JOIN conversations c USING (conversation_id)
+            WHERE c.tenant_id = :tenant_id AND m.status = 'failed'
+            ORDER BY m.memory_id DESC
+            LIMIT :limit
+            """
+        ),
+        {"tenant_id": tenant_id, "limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def window_progression(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    """Seed 004's sliding-window progression query."""
+    rows = await conn.execute(
+        text(
+            """
+            SELECT m.conversation_id, m.memory_id, m.start_sequence, m.end_sequence,
+                   m.end_sequence - m.start_sequence + 1 AS window_size, m.generation_time_ms
+            FROM memory m JOIN conversations c USING (conversation_id)
+            WHERE c.tenant_id = :tenant_id AND m.status = 'completed'
+            ORDER BY m.created_at DESC, m.memory_id DESC
+            LIMIT :limit
+            """
+        ),
+        {"tenant_id": tenant_id, "limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def generation_stats(conn: AsyncConnection, *, tenant_id: str) -> dict[str, Any]:
+    """Seed 004's average-summarization-time query, plus p50/p95."""
+    row = (
+        await conn.execute(
+            text(
+                """
+                SELECT AVG(m.generation_time_ms)::float AS avg_ms,
+                       MAX(m.generation_time_ms) AS max_ms,
+                       percentile_cont(0.5) WITHIN GROUP (ORDER BY m.generation_time_ms) AS p50_ms,
+                       percentile_cont(0.95) WITHIN GROUP (ORDER BY m.generation_time_ms) AS p95_ms,
+                       COUNT(*) AS total_summaries
+                FROM memory m JOIN conversations c USING (conversation_id)
+                WHERE c.tenant_id = :tenant_id AND m.status = 'completed'
+                  AND m.generation_time_ms IS NOT NULL
+                """
+            ),
+            {"tenant_id": tenant_id},
+        )
+    ).one()
+    return dict(row._mapping)

