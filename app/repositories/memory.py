@@ -49,7 +49,8 @@ async def insert_processing(
     """Insert the 'processing' row, or nothing when one already exists for the conversation.
 
     The partial unique index makes this the one place that decides, across replicas, who starts
-    the summary: the loser of a race gets None and starts no task.
+    the summary: the loser of a race gets None and starts no task. The NOT EXISTS pre-check only
+    spares a memory_id (a sequence value) in the common, race-free case, so ids stay consecutive.
     """
     row = (
         await conn.execute(
@@ -57,8 +58,10 @@ async def insert_processing(
                 f"""
                 INSERT INTO memory (conversation_id, memory_text, start_sequence, end_sequence,
                                     base_memory_id, status, lease_expires_at)
-                VALUES (:conversation_id, '', :start, :end, :base, 'processing',
-                        now() + make_interval(secs => :lease))
+                SELECT CAST(:conversation_id AS varchar), '', :start, :end, :base, 'processing',
+                       now() + make_interval(secs => :lease)
+                WHERE NOT EXISTS (SELECT 1 FROM memory
+                                  WHERE conversation_id = :conversation_id AND status = 'processing')
                 ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
                 RETURNING {_MEMORY_COLUMNS}
                 """

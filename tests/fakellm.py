@@ -1,0 +1,182 @@
+"""A real HTTP server speaking the OpenAI Chat Completions API, for tests and benchmarks.
+
+The service's real ``openai`` client talks to it over loopback. A test can hold calls (they wait
+until released), fail them with a status code (and Retry-After), or let them answer at once.
+Each answer names the window it was asked for, so tests can check what the service sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_WINDOW = re.compile(r"window from message #(\d+) to #(\d+)")
+_SEQ = re.compile(r'<message seq="(\d+)"')
+
+
+@dataclass
+class Call:
+    """One chat-completions request the server received."""
+
+    body: dict[str, Any]
+    released: threading.Event = field(default_factory=threading.Event)
+    status: int = 200
+    retry_after: str | None = None
+    answer: str | None = None
+
+    @property
+    def system(self) -> str:
+        return str(self.body["messages"][0]["content"])
+
+    @property
+    def user(self) -> str:
+        return str(self.body["messages"][-1]["content"])
+
+    @property
+    def window(self) -> tuple[int, int]:
+        match = _WINDOW.search(self.system)
+        assert match, self.system
+        return int(match.group(1)), int(match.group(2))
+
+    @property
+    def message_sequences(self) -> list[int]:
+        return [int(s) for s in _SEQ.findall(self.user)]
+
+
+@dataclass
+class _Failure:
+    status: int
+    retry_after: str | None
+
+
+class FakeLLM:
+    def __init__(self, latency_seconds: float = 0.0) -> None:
+        self.latency_seconds = latency_seconds
+        self.calls: list[Call] = []
+        self.hold = False
+        self._failures: list[_Failure] = []
+        self._cond = threading.Condition()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.endswith("/chat/completions"):
+                    self._reply(404, {"error": {"message": "not found"}})
+                    return
+                call = fake._register(body)
+                call.released.wait(timeout=120)
+                if fake.latency_seconds:
+                    time.sleep(fake.latency_seconds)
+                if call.status != 200:
+                    headers = {"retry-after": call.retry_after} if call.retry_after else {}
+                    self._reply(
+                        call.status,
+                        {"error": {"message": f"injected {call.status}", "type": "fake"}},
+                        headers,
+                    )
+                    return
+                start, end = call.window
+                text = call.answer or f"Summary of messages #{start}-#{end}."
+                self._reply(200, _completion(body.get("model", "fake"), text))
+
+            def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> FakeLLM:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release_all()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._cond:
+            self.release_all()
+            self.calls.clear()
+            self._failures.clear()
+            self.hold = False
+            self.latency_seconds = 0.0
+
+    def fail_next(self, count: int = 1, *, status: int = 500, retry_after: str | None = None) -> None:
+        """The next ``count`` calls answer ``status`` (after being released, if held)."""
+        with self._cond:
+            self._failures.extend(_Failure(status, retry_after) for _ in range(count))
+
+    def _register(self, body: dict[str, Any]) -> Call:
+        with self._cond:
+            call = Call(body=body)
+            if self._failures:
+                failure = self._failures.pop(0)
+                call.status, call.retry_after = failure.status, failure.retry_after
+            if not self.hold:
+                call.released.set()
+            self.calls.append(call)
+            self._cond.notify_all()
+            return call
+
+    def wait_for_calls(self, count: int, timeout: float = 10.0) -> list[Call]:
+        """Block until at least ``count`` calls have arrived (run it in a thread from async code)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.calls) >= count, timeout=timeout):
+                raise TimeoutError(f"expected {count} LLM calls, got {len(self.calls)}")
+            return list(self.calls)
+
+    def release(self, index: int = -1, *, answer: str | None = None, status: int = 200) -> Call:
+        with self._cond:
+            call = self.calls[index]
+            call.answer = answer
+            if status != 200:
+                call.status = status
+            call.released.set()
+            return call
+
+    def release_all(self) -> None:
+        for call in self.calls:
+            call.released.set()
+
+
+def _completion(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }

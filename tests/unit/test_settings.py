@@ -1,0 +1,62 @@
+"""Settings: defaults from seed 004, URL forms, start-up errors that name the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.settings import Settings, SettingsError, SummarizerKind, load_settings
+
+
+def test_seed_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DATABASE_URL", "OPENAI_API_KEY", "MEMORY_SUMMARIZER"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.MEMORY_ROLLING_WINDOW_SIZE == 14
+    assert settings.MEMORY_SUMMARIZE_AFTER_SEQ == 5
+    assert settings.MEMORY_MODEL == "gpt-4.1-mini"
+    assert settings.MEMORY_PROCESSING_TIMEOUT_SECONDS == 300
+    assert settings.summarizer_kind is SummarizerKind.OFFLINE
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://u@h:5432/db", "postgres://u@h:5432/db", "postgresql+asyncpg://u@h:5432/db"],
+)
+def test_database_url_forms(url: str) -> None:
+    assert Settings(_env_file=None, DATABASE_URL=url).DATABASE_URL == "postgresql+asyncpg://u@h:5432/db"  # type: ignore[call-arg]
+
+
+def test_auto_summarizer_uses_openai_when_a_key_is_set() -> None:
+    settings = Settings(_env_file=None, OPENAI_API_KEY="sk-x")  # type: ignore[call-arg]
+    assert settings.summarizer_kind is SummarizerKind.OPENAI
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("MEMORY_ROLLING_WINDOW_SIZE", "1", "MEMORY_ROLLING_WINDOW_SIZE"),
+        ("MEMORY_SUMMARIZE_AFTER_SEQ", "soon", "MEMORY_SUMMARIZE_AFTER_SEQ"),
+        ("DATABASE_URL", "mysql://x/y", "DATABASE_URL"),
+        ("MEMORY_SUMMARIZER", "magic", "MEMORY_SUMMARIZER"),
+        ("MEMORY_API_KEYS", "no-colon-here-at-all", "MEMORY_API_KEYS"),
+        ("LOG_LEVEL", "LOUD", "LOG_LEVEL"),
+    ],
+)
+def test_invalid_settings_fail_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, fragment: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=fragment):
+        load_settings()
+
+
+def test_openai_summarizer_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("MEMORY_SUMMARIZER", "openai")
+    with pytest.raises(SettingsError, match="OPENAI_API_KEY"):
+        load_settings()
+
+
+def test_api_keys_map_to_tenants() -> None:
+    settings = Settings(_env_file=None, MEMORY_API_KEYS="acme:0123456789abcdef, beta:fedcba9876543210")  # type: ignore[call-arg]
+    assert settings.api_keys == {"0123456789abcdef": "acme", "fedcba9876543210": "beta"}
