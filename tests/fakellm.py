@@ -91,7 +91,9 @@ class FakeLLM:
                 text = call.answer or f"Summary of messages #{start}-#{end}."
                 self._reply(200, _completion(body.get("model", "fake"), text))
 
-            def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            def _reply(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")

@@ -1,0 +1,203 @@
+"""The HTTP contract: shapes, pagination, deletion, ops, health, and precise 4xx for bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.fakellm import FakeLLM
+from tests.integration.conftest import App, AppFactory
+
+ROUND = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+
+
+async def test_post_creates_conversation_and_numbers_messages(api: App) -> None:
+    first = await api.client.post("/conversations/conv-1/messages", json=ROUND)
+    assert first.status_code == 201
+    body = first.json()
+    assert body["created"] is True and body["memory"] is None
+    assert [(m["sequence"], m["role"], m["content"]) for m in body["messages"]] == [
+        (0, "user", "hi"),
+        (1, "assistant", "hello"),
+    ]
+    second = await api.client.post(
+        "/conversations/conv-1/messages",
+        json={"messages": [{"role": "tool", "content": "t"}], "metadata": {"app": "x"}},
+    )
+    assert second.json()["created"] is False
+    assert second.json()["messages"][0]["sequence"] == 2
+
+    conv = (await api.client.get("/conversations/conv-1")).json()
+    assert conv["message_count"] == 3 and conv["metadata"] == {"app": "x"} and conv["memory_count"] == 0
+
+
+async def test_context_of_new_conversation_has_all_messages(api: App) -> None:
+    await api.client.post("/conversations/c/messages", json=ROUND)
+    ctx = await api.context("c")
+    assert ctx["memory"] is None and ctx["processing"] is None
+    assert [m["sequence"] for m in ctx["messages"]] == [0, 1]
+    assert ctx["last_sequence"] == 1 and ctx["memory_lag_messages"] == 2
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/conversations/nope/context",
+        "/conversations/nope/memories",
+        "/conversations/nope/messages",
+        "/conversations/nope",
+        "/ops/conversations/nope/memory-chain",
+    ],
+)
+async def test_unknown_conversation_is_404(api: App, path: str) -> None:
+    response = await api.client.get(path)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "conversation 'nope' not found", "code": "not_found"}
+    assert (await api.client.delete("/conversations/nope")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ({"messages": []}, 422, "at least 1 item"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, 422, "role"),
+        ({"messages": [{"role": "user", "content": ""}]}, 422, "at least 1 character"),
+        ({"messages": [{"role": "user", "content": "   "}]}, 422, "blank"),
+        ({"messages": [{"role": "user", "content": "a\u0000b"}]}, 422, "NUL"),
+        ({"messages": [{"role": "user", "content": 5}]}, 422, "string"),
+        ({"messages": [{"role": "user", "content": "x", "extra": 1}]}, 422, "Extra inputs"),
+        ({"messages": "hi"}, 422, "list"),
+        ({}, 422, "Field required"),
+        ({"messages": [{"role": "user", "content": "x"}], "metadata": {"k": "\u0000"}}, 422, "NUL"),
+        ({"messages": [{"role": "user", "content": "x" * 101}]}, 413, "limit is 100"),
+        ({"messages": [{"role": "user", "content": "x"}] * 4}, 413, "at most 3 messages"),
+    ],
+)
+async def test_bad_bodies_get_precise_errors_and_write_nothing(
+    make_app: AppFactory, db: asyncpg.Connection, body: dict[str, Any], status: int, fragment: str
+) -> None:
+    api = await make_app(MEMORY_MAX_MESSAGE_CHARS=100, MEMORY_MAX_MESSAGES_PER_REQUEST=3)
+    response = await api.client.post("/conversations/c/messages", json=body)
+    assert response.status_code == status, response.text
+    assert fragment in response.text
+    assert await db.fetchval("SELECT count(*) FROM conversations") == 0
+    assert await db.fetchval("SELECT count(*) FROM messages") == 0
+
+
+async def test_malformed_json_is_422(api: App) -> None:
+    response = await api.client.post(
+        "/conversations/c/messages", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert "json_invalid" in response.text
+
+
+@pytest.mark.parametrize("cid", ["a" * 51, "has space", "-leading", "semi;colon", "%00"])
+async def test_bad_conversation_ids_are_rejected(api: App, db: asyncpg.Connection, cid: str) -> None:
+    response = await api.client.post(f"/conversations/{cid}/messages", json=ROUND)
+    assert response.status_code in (404, 422), response.text
+    assert await db.fetchval("SELECT count(*) FROM conversations") == 0
+
+
+async def test_messages_and_conversations_are_paginated(api: App) -> None:
+    for cid in ("b", "a", "c"):
+        await api.client.post(f"/conversations/{cid}/messages", json=ROUND)
+    await api.client.post("/conversations/a/messages", json=ROUND)
+
+    page = (await api.client.get("/conversations/a/messages", params={"limit": 3})).json()
+    assert [m["sequence"] for m in page["messages"]] == [0, 1, 2]
+    assert page["next_after_sequence"] == 2
+    page = (
+        await api.client.get("/conversations/a/messages", params={"limit": 3, "after_sequence": 2})
+    ).json()
+    assert [m["sequence"] for m in page["messages"]] == [3]
+    assert page["next_after_sequence"] is None
+
+    convs = (await api.client.get("/conversations", params={"limit": 2})).json()
+    assert [c["conversation_id"] for c in convs["conversations"]] == ["a", "b"]
+    assert convs["next_after"] == "b"
+    convs = (await api.client.get("/conversations", params={"after": "b"})).json()
+    assert [c["conversation_id"] for c in convs["conversations"]] == ["c"]
+
+
+async def test_delete_removes_everything(api: App, db: asyncpg.Connection) -> None:
+    for n in range(4):
+        await api.post_round("gone", n)
+    await api.idle()
+    assert await db.fetchval("SELECT count(*) FROM memory") > 0
+    assert (await api.client.delete("/conversations/gone")).status_code == 204
+    for table in ("conversations", "messages", "memory"):
+        assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0
+    assert (await api.client.get("/conversations/gone/context")).status_code == 404
+
+
+async def test_memories_endpoint_is_the_version_chain(api: App) -> None:
+    for n in range(1, 6):
+        await api.post_round("chain", n)
+        await api.idle()
+    body = (await api.client.get("/conversations/chain/memories")).json()
+    rows = [(m["memory_id"], m["base_memory_id"], m["status"], m["base_end_seq"]) for m in body["memories"]]
+    assert rows == [(3, 2, "completed", 7), (2, 1, "completed", 5), (1, None, "completed", None)]
+    assert body["memories"][0]["text"] == "Summary of messages #0-#9."
+    assert all(m["generation_time_ms"] is not None for m in body["memories"])
+
+
+async def test_ops_queries(api: App, llm: FakeLLM) -> None:
+    for n in range(1, 5):
+        await api.post_round("ops", n)
+        await api.idle()
+    stats = (await api.client.get("/ops/memories/generation-stats")).json()
+    assert stats["total_summaries"] == 2 and stats["max_ms"] >= 0
+    windows = (await api.client.get("/ops/memories/window-progression")).json()
+    assert [(w["start_sequence"], w["end_sequence"], w["window_size"]) for w in windows] == [
+        (0, 7, 8),
+        (0, 5, 6),
+    ]
+    llm.hold = True
+    await api.post_round("ops", 5)
+    stuck = (await api.client.get("/ops/memories/stuck", params={"older_than_seconds": 0})).json()
+    assert [(s["conversation_id"], s["memory_id"]) for s in stuck] == [("ops", 3)]
+    assert (await api.client.get("/ops/memories/stuck")).json() == []  # younger than 300 s
+    runner = (await api.client.get("/ops/runner")).json()
+    assert runner["running"] == 1 and runner["accepting"] is True
+    chain = (await api.client.get("/ops/conversations/ops/memory-chain")).json()
+    assert chain["memories"][0]["status"] == "processing"
+
+
+async def test_summarize_now(api: App, llm: FakeLLM) -> None:
+    await api.post_round("now", 1)  # below the threshold: no trigger
+    response = await api.client.post("/ops/conversations/now/summarize")
+    assert response.status_code == 202
+    assert (response.json()["start_sequence"], response.json()["end_sequence"]) == (0, 1)
+    await api.idle()
+    again = await api.client.post("/ops/conversations/now/summarize")
+    assert again.status_code == 409 and "nothing new" in again.json()["detail"]
+    assert (await api.client.post("/ops/conversations/nope/summarize")).status_code == 404
+
+
+async def test_health(api: App) -> None:
+    assert (await api.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["migration"] == "0001"
+
+
+async def test_readyz_reports_an_unmigrated_database(make_app: AppFactory, postgres_server_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    name = "memory_test_unmigrated"
+    admin = make_url(postgres_server_url).set(drivername="postgresql").render_as_string(False)
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = make_url(postgres_server_url).set(database=name).render_as_string(False)
+        api = await make_app(DATABASE_URL=url)
+        response = await api.client.get("/readyz")
+        assert response.status_code == 503
+        assert "expected 0001" in response.json()["detail"]
+        await api.app.state.engine.dispose()
+    finally:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()

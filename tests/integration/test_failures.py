@@ -1,0 +1,124 @@
+"""LLM faults: failed rows, retries with backoff, the context still served, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+
+from tests.fakellm import FakeLLM
+from tests.integration.conftest import AppFactory, eventually
+
+
+async def statuses(db: asyncpg.Connection) -> list[tuple[int, str]]:
+    return [tuple(r) for r in await db.fetch("SELECT memory_id, status FROM memory ORDER BY memory_id")]  # type: ignore[misc]
+
+
+async def test_llm_error_fails_the_row_and_the_next_round_triggers_again(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app()
+    for n in (1, 2, 3):
+        await api.post_round("f", n)
+        await api.idle()
+    assert await statuses(db) == [(1, "completed")]
+
+    llm.fail_next(1, status=500)
+    await api.post_round("f", 4)
+    await api.idle()
+    assert await statuses(db) == [(1, "completed"), (2, "failed")]
+    error = await db.fetchval("SELECT error FROM memory WHERE memory_id = 2")
+    assert "InternalServerError" in error and "500" in error
+
+    # The context is still served from the last completed memory, with the gap after it.
+    ctx = await api.context("f")
+    assert ctx["memory"]["memory_id"] == 1
+    assert [m["sequence"] for m in ctx["messages"]] == [6, 7]
+
+    # The failed row does not block; the next summary builds on the last completed one.
+    started = await api.post_round("f", 5)
+    assert started["memory"]["base_memory_id"] == 1
+    await api.idle()
+    assert await statuses(db) == [(1, "completed"), (2, "failed"), (3, "completed")]
+    assert llm.calls[-1].message_sequences == [6, 7, 8, 9]
+
+    failed = (await api.client.get("/ops/memories/failed")).json()
+    assert [f["memory_id"] for f in failed] == [2]
+
+
+async def test_failed_memory_can_be_retried(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app()
+    llm.fail_next(1, status=400)
+    for n in (1, 2, 3):
+        await api.post_round("r", n)
+    await api.idle()
+    assert await statuses(db) == [(1, "failed")]
+    response = await api.client.post("/ops/memories/1/retry")
+    assert response.status_code == 202
+    await api.idle()
+    assert await db.fetchrow("SELECT status, attempts, error FROM memory WHERE memory_id = 1") == (
+        "completed",
+        2,
+        None,
+    )
+    assert (await api.client.post("/ops/memories/1/retry")).status_code == 404  # not failed now
+    assert (await api.client.post("/ops/memories/999/retry")).status_code == 404
+
+
+async def test_transient_errors_are_retried_with_backoff_honouring_retry_after(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_LLM_MAX_RETRIES=2)
+    llm.fail_next(1, status=429, retry_after="1")
+    llm.fail_next(1, status=503)
+    for n in (1, 2, 3):
+        await api.post_round("t", n)
+    started = time.monotonic()
+    await api.idle()
+    assert await statuses(db) == [(1, "completed")]
+    assert len(llm.calls) == 3
+    assert time.monotonic() - started >= 1.0  # waited as Retry-After asked
+
+
+async def test_retries_are_bounded_then_the_row_fails(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_LLM_MAX_RETRIES=1)
+    llm.fail_next(5, status=502)
+    for n in (1, 2, 3):
+        await api.post_round("b", n)
+    await api.idle()
+    assert await statuses(db) == [(1, "failed")]
+    assert len(llm.calls) == 2
+
+
+async def test_llm_timeout_fails_the_row_without_blocking_requests(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_LLM_TIMEOUT_SECONDS=0.3)
+    llm.hold = True  # never answers within the timeout
+    for n in (1, 2, 3):
+        await api.post_round("slow", n)
+    # Requests do not wait for the LLM: the context is served while the call hangs.
+    ctx = await api.context("slow")
+    assert ctx["processing"]["memory_id"] == 1 and len(ctx["messages"]) == 6
+
+    async def failed() -> bool:
+        return await statuses(db) == [(1, "failed")]
+
+    await eventually(failed, what="the timed-out summary to fail")
+    assert "Timeout" in await db.fetchval("SELECT error FROM memory WHERE memory_id = 1")
+
+
+async def test_empty_answer_fails_the_row(make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection) -> None:
+    api = await make_app()
+    llm.hold = True
+    for n in (1, 2, 3):
+        await api.post_round("e", n)
+    await asyncio.to_thread(llm.wait_for_calls, 1)
+    llm.release(0, answer="   ")
+    await api.idle()
+    assert await statuses(db) == [(1, "failed")]
