@@ -141,11 +141,11 @@ async def api(make_app: AppFactory) -> App:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = 15.0, what: str = "condition"
+    check: Callable[[], Awaitable[bool]], *, within: float = 15.0, what: str = "condition"
 ) -> None:
-    """Wait until ``check()`` is true, polling; fails with ``what`` after ``timeout``."""
+    """Wait until ``check()`` is true, polling; fails with ``what`` after ``within`` seconds."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while not await check():
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
