@@ -72,6 +72,12 @@ class Settings(BaseSettings):
 
     LOG_LEVEL: str = "INFO"
 
+    @field_validator("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMORY_API_KEYS", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # docker compose passes unset variables as "", which must mean "not configured".
+        return None if value == "" else value
+
     @field_validator("DATABASE_URL")
     @classmethod
     def _normalize_url(cls, value: str | None) -> str | None:
