@@ -1,0 +1,220 @@
+"""Two service processes on one database: concurrent writers, kill -9 recovery, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.fakellm import FakeLLM
+from tests.integration.conftest import eventually
+from tests.integration.servers import ServerProcess
+
+Launch = Callable[..., ServerProcess]
+
+
+@pytest.fixture
+def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
+    servers: list[ServerProcess] = []
+
+    def start(**env: str) -> ServerProcess:
+        values = {
+            "DATABASE_URL": database_url,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": llm.base_url,
+            "MEMORY_SUMMARIZER": "openai",
+            "MEMORY_LLM_MAX_RETRIES": "0",
+            "LOG_LEVEL": "INFO",
+            **env,
+        }
+        server = ServerProcess(values, tmp_path / f"server-{len(servers)}.log")
+        servers.append(server)
+        return server.wait_ready()
+
+    yield start
+    llm.release_all()
+    for server in servers:
+        server.stop()
+
+
+async def test_concurrent_posts_from_two_processes(
+    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """Every message stored once, sequences unique and gap-free, each request contiguous, no 5xx,
+    at most one processing row per conversation at any instant, and a context that never skips."""
+    a = launch(MEMORY_ROLLING_WINDOW_SIZE="6", MEMORY_SUMMARIZE_AFTER_SEQ="1")
+    b = launch(MEMORY_ROLLING_WINDOW_SIZE="6", MEMORY_SUMMARIZE_AFTER_SEQ="1")
+    llm.latency_seconds = 0.01
+    conversations = ["hot-0", "hot-1", "hot-2"]
+    requests_per_conversation = 60
+    max_processing_seen = 0
+    skipped_context: list[str] = []
+    statuses: list[int] = []
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal max_processing_seen
+        while not done.is_set():
+            most = await db.fetchval(
+                "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM memory "
+                "WHERE status = 'processing' GROUP BY conversation_id) t"
+            )
+            max_processing_seen = max(max_processing_seen, most)
+            await asyncio.sleep(0.005)
+
+    async def writer(client: httpx.AsyncClient, cid: str, i: int) -> None:
+        size = 1 + i % 3  # 1..3 messages per request
+        body = {
+            "messages": [
+                {"role": "user" if k % 2 == 0 else "assistant", "content": f"{cid} req {i} msg {k}"}
+                for k in range(size)
+            ]
+        }
+        response = await client.post(f"/conversations/{cid}/messages", json=body)
+        statuses.append(response.status_code)
+        if response.status_code == 201:
+            seqs = [m["sequence"] for m in response.json()["messages"]]
+            assert seqs == list(range(seqs[0], seqs[0] + size)), seqs  # contiguous
+        context = await client.get(f"/conversations/{cid}/context")
+        ctx = context.json()
+        expected_start = ctx["memory"]["end_sequence"] + 1 if ctx["memory"] else 0
+        gap = [m["sequence"] for m in ctx["messages"]]
+        if gap != list(range(expected_start, expected_start + len(gap))) or (
+            gap and gap[-1] != ctx["last_sequence"]
+        ):
+            skipped_context.append(f"{cid}: {gap}")
+
+    limits = httpx.Limits(max_connections=20)
+    async with (
+        httpx.AsyncClient(base_url=a.url, limits=limits, timeout=30) as ca,
+        httpx.AsyncClient(base_url=b.url, limits=limits, timeout=30) as cb,
+    ):
+        watcher = asyncio.create_task(watch())
+        await asyncio.gather(
+            *(
+                writer(ca if i % 2 == 0 else cb, cid, i)
+                for cid in conversations
+                for i in range(requests_per_conversation)
+            )
+        )
+        done.set()
+        await watcher
+
+    sent = len(conversations) * requests_per_conversation
+    assert statuses.count(201) == sent, sorted(set(statuses))
+    assert skipped_context == []
+    assert max_processing_seen <= 1
+    expected_messages = sum(1 + i % 3 for i in range(requests_per_conversation))
+    for cid in conversations:
+        rows = await db.fetch(
+            "SELECT sequence, content FROM messages WHERE conversation_id = $1 ORDER BY sequence", cid
+        )
+        assert [r["sequence"] for r in rows] == list(range(expected_messages))  # gap-free, unique
+        assert len({r["content"] for r in rows}) == expected_messages  # each stored exactly once
+        assert (
+            await db.fetchval("SELECT next_sequence FROM conversations WHERE conversation_id = $1", cid)
+            == expected_messages
+        )
+    print(
+        f"\nconcurrency: {sent} requests over 2 processes, {expected_messages * len(conversations)} "
+        f"messages, 0 lost, 0 duplicates, most processing rows at once per conversation: "
+        f"{max_processing_seen}"
+    )
+
+
+async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
+    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    lease = {"MEMORY_PROCESSING_TIMEOUT_SECONDS": "2", "MEMORY_REAPER_INTERVAL_SECONDS": "0.2"}
+    first = launch(**lease)
+    llm.hold = True
+    async with httpx.AsyncClient(base_url=first.url) as client:
+        for n in range(3):
+            body = {
+                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+            }
+            assert (await client.post("/conversations/k/messages", json=body)).status_code == 201
+    await asyncio.to_thread(llm.wait_for_calls, 1)
+    first_lease = await db.fetchval("SELECT lease_expires_at FROM memory WHERE memory_id = 1")
+
+    # A live worker renews its lease, so its row outlives the first lease and is never reaped.
+    async def outlived_first_lease() -> bool:
+        row = await db.fetchrow(
+            "SELECT status, lease_expires_at, now() AS now FROM memory WHERE memory_id = 1"
+        )
+        assert row["status"] == "processing"
+        return bool(row["now"] > first_lease and row["lease_expires_at"] > first_lease)
+
+    await eventually(outlived_first_lease, within=10, what="the row to outlive its first lease")
+
+    first.kill()
+    killed_at = time.monotonic()
+    second = launch(**lease)
+
+    async def reaped() -> bool:
+        return await db.fetchval("SELECT status FROM memory WHERE memory_id = 1") == "failed"
+
+    await eventually(reaped, within=10, what="the dead worker's row to be reaped")
+    recovery = time.monotonic() - killed_at
+    assert "lease expired" in await db.fetchval("SELECT error FROM memory WHERE memory_id = 1")
+    assert recovery < 2 + 3  # lease + reaper tick + restart
+
+    llm.hold = False
+    async with httpx.AsyncClient(base_url=second.url) as client:
+        body = {"messages": [{"role": "user", "content": "q3"}, {"role": "assistant", "content": "a3"}]}
+        started = (await client.post("/conversations/k/messages", json=body)).json()["memory"]
+    assert (started["memory_id"], started["start_sequence"], started["end_sequence"]) == (2, 0, 7)
+
+    async def completed() -> bool:
+        return await db.fetchval("SELECT status FROM memory WHERE memory_id = 2") == "completed"
+
+    await eventually(completed, what="a new summary to complete after the restart")
+    print(f"\nkill -9 recovery: stuck row failed {recovery:.2f}s after the kill (lease 2 s)")
+
+
+async def test_sigterm_lets_running_summaries_finish(
+    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    server = launch(MEMORY_SHUTDOWN_GRACE_SECONDS="20")
+    llm.hold = True
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for n in range(3):
+            body = {
+                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+            }
+            assert (await client.post("/conversations/t/messages", json=body)).status_code == 201
+    await asyncio.to_thread(llm.wait_for_calls, 1)
+    server.terminate()
+
+    async def shutting_down() -> bool:
+        return "Waiting up to 20s for 1 summaries" in server.log_text()
+
+    await eventually(shutting_down, what="the server to start its graceful shutdown")
+    llm.release(0)
+    # uvicorn re-raises SIGTERM after a clean shutdown, so the exit status is -15.
+    assert await asyncio.to_thread(server.wait, 20) in (0, -15)
+    assert await db.fetchval("SELECT status FROM memory WHERE memory_id = 1") == "completed"
+
+
+async def test_sigterm_past_the_grace_period_fails_the_rest_cleanly(
+    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    server = launch(MEMORY_SHUTDOWN_GRACE_SECONDS="0.2")
+    llm.hold = True
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for n in range(3):
+            body = {
+                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+            }
+            assert (await client.post("/conversations/g/messages", json=body)).status_code == 201
+    await asyncio.to_thread(llm.wait_for_calls, 1)
+    server.terminate()
+    # uvicorn re-raises SIGTERM after a clean shutdown, so the exit status is -15.
+    assert await asyncio.to_thread(server.wait, 20) in (0, -15)
+    row = await db.fetchrow("SELECT status, error FROM memory WHERE memory_id = 1")
+    assert tuple(row) == ("failed", "interrupted by shutdown")
