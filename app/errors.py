@@ -27,11 +27,6 @@ class PayloadTooLarge(AppError):
     code = "payload_too_large"
 
 
-class Unprocessable(AppError):
-    status_code = 422
-    code = "invalid_request"
-
-
 class Unauthorized(AppError):
     status_code = 401
     code = "unauthorized"

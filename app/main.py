@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import context, conversations, health, ops
 from app.api.deps import api_key_digests
@@ -19,6 +23,7 @@ from app.errors import AppError
 from app.memory.policy import SlidingWindowPolicy
 from app.memory.service import MemoryService
 from app.memory.summarizers import OfflineSummarizer, OpenAISummarizer, Summarizer
+from app.schemas import ErrorOut
 from app.settings import Settings, SummarizerKind, load_settings
 
 logger = logging.getLogger("app")
@@ -82,8 +87,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.api_key_digests = api_key_digests(settings)
     app.state.head_revision = head_revision()
-    for module in (conversations, context, ops, health):
-        app.include_router(module.router)
+    errors: dict[int | str, dict[str, Any]] = {
+        400: {"description": "The body could not be parsed"},
+        401: {"model": ErrorOut, "description": "Missing or invalid API key (when keys are on)"},
+        404: {"model": ErrorOut, "description": "Unknown conversation or memory"},
+        503: {"model": ErrorOut, "description": "Database unavailable; retry"},
+    }
+    for module in (conversations, context, ops):
+        app.include_router(module.router, responses=errors)
+    app.include_router(health.router)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # Starlette lists only the first matching route's method; list them all.
+            methods = sorted(
+                {
+                    method
+                    for route in app.routes
+                    if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                    for method in route.methods or ()
+                }
+            )
+            return JSONResponse(
+                status_code=405,
+                content={"detail": "Method Not Allowed", "code": "method_not_allowed"},
+                headers={"Allow": ", ".join(methods)},
+            )
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, exc: AppError) -> JSONResponse:

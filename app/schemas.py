@@ -8,15 +8,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 Role = Literal["user", "assistant", "system", "tool"]
+# PostgreSQL's jsonb cannot store U+0000, so metadata strings exclude it (a 422, not a 500).
+_NO_NUL = r"^[^\x00]*$"
+MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=_NO_NUL)]
+MetadataValue = (
+    Annotated[str, StringConstraints(max_length=1000, pattern=_NO_NUL)] | int | float | bool | None
+)
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,49}$"
-ConversationId = Annotated[str, StringConstraints(pattern=CONVERSATION_ID_PATTERN)]
 
 
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Role
-    content: str = Field(min_length=1)
+    # The pattern (no NUL, at least one non-blank character) is checked by the validator below,
+    # which says precisely what is wrong; it is in the schema so clients and fuzzers know it.
+    content: str = Field(min_length=1, json_schema_extra={"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"})
 
     @field_validator("content")
     @classmethod
@@ -32,27 +39,11 @@ class AppendMessagesIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     messages: list[MessageIn] = Field(min_length=1)
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="Merged into the conversation's metadata (shallow)."
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None,
+        max_length=64,
+        description="Flat key/value labels, merged into the conversation's metadata.",
     )
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # PostgreSQL's jsonb cannot store U+0000; refuse it here rather than fail on insert.
-        if value is not None and _contains_nul(value):
-            raise ValueError("metadata must not contain NUL characters")
-        return value
-
-
-def _contains_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_contains_nul(v) for v in value)
-    return False
 
 
 class MessageOut(BaseModel):

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
-from app.errors import PayloadTooLarge, Unprocessable
+from app.errors import PayloadTooLarge
 from app.schemas import (
+    CONVERSATION_ID_PATTERN,
     AppendMessagesIn,
     AppendMessagesOut,
     ConversationOut,
     ConversationsPageOut,
+    ErrorOut,
     MessagesPageOut,
 )
 
@@ -23,7 +25,10 @@ router = APIRouter(tags=["conversations"])
     "/conversations/{conversation_id}/messages",
     status_code=status.HTTP_201_CREATED,
     response_model=AppendMessagesOut,
-    responses={413: {"description": "Too many messages or a message too long"}},
+    responses={
+        409: {"model": ErrorOut, "description": "Idempotency-Key reused with another body"},
+        413: {"model": ErrorOut, "description": "Too many messages or a message too long"},
+    },
 )
 async def append_messages(
     conversation_id: ConversationIdPath,
@@ -108,12 +113,10 @@ async def delete_conversation(
 async def list_conversations(
     service: ServiceDep,
     tenant: TenantDep,
-    after: Annotated[str | None, Query(max_length=50)] = None,
+    after: Annotated[str | None, Query(pattern=CONVERSATION_ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Conversations ordered by id; pass next_after as ``after`` for the next page."""
-    if after is not None and "\x00" in after:
-        raise Unprocessable("after must not contain NUL characters")
     page = await service.list_conversations(tenant_id=tenant, after=after, limit=limit)
     return {
         "conversations": page,

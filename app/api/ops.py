@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
 from app.schemas import (
+    ErrorOut,
     FailedMemory,
     GenerationStats,
     MemoriesOut,
@@ -67,6 +68,7 @@ async def generation_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, 
     "/memories/{memory_id}/retry",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MemoryStarted,
+    responses={409: {"model": ErrorOut, "description": "Another summary is processing"}},
 )
 async def retry_memory(
     memory_id: Annotated[int, Path(ge=1, le=2**31 - 1)], service: ServiceDep, tenant: TenantDep
@@ -79,6 +81,7 @@ async def retry_memory(
     "/conversations/{conversation_id}/summarize",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MemoryStarted,
+    responses={409: {"model": ErrorOut, "description": "A summary is running or nothing is new"}},
 )
 async def summarize_now(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import Conflict, NotFound, Unprocessable
+from app.errors import Conflict, NotFound
 from app.memory.policy import MemoryPolicy, gap_start
 from app.memory.runner import SummaryRunner
 from app.memory.summarizers import Summarizer, SummaryRequest
@@ -105,7 +105,7 @@ class MemoryService:
                 if stored is not None:
                     await conn.rollback()  # give back the sequence range reserved above
                     if stored["request_hash"] != request_hash:
-                        raise Unprocessable("Idempotency-Key was already used with a different request body")
+                        raise Conflict("Idempotency-Key was already used with a different request body")
                     return AppendResult(body=stored["response"], replayed=True)
             stored_messages = await messages.insert_many(
                 conn,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,6 +17,7 @@ from app.main import create_app
 from app.memory.service import MemoryService
 from app.settings import Settings
 from tests.fakellm import FakeLLM
+from tests.integration.servers import ServerProcess
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +152,30 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+Launch = Callable[..., ServerProcess]
+
+
+@pytest.fixture
+def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
+    servers: list[ServerProcess] = []
+
+    def start(**env: str) -> ServerProcess:
+        values = {
+            "DATABASE_URL": database_url,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": llm.base_url,
+            "MEMORY_SUMMARIZER": "openai",
+            "MEMORY_LLM_MAX_RETRIES": "0",
+            "LOG_LEVEL": "INFO",
+            **env,
+        }
+        server = ServerProcess(values, tmp_path / f"server-{len(servers)}.log")
+        servers.append(server)
+        return server.wait_ready()
+
+    yield start
+    llm.release_all()
+    for server in servers:
+        server.stop()

@@ -4,42 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import asyncpg
 import httpx
-import pytest
 
 from tests.fakellm import FakeLLM
-from tests.integration.conftest import eventually
-from tests.integration.servers import ServerProcess
-
-Launch = Callable[..., ServerProcess]
-
-
-@pytest.fixture
-def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
-    servers: list[ServerProcess] = []
-
-    def start(**env: str) -> ServerProcess:
-        values = {
-            "DATABASE_URL": database_url,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": llm.base_url,
-            "MEMORY_SUMMARIZER": "openai",
-            "MEMORY_LLM_MAX_RETRIES": "0",
-            "LOG_LEVEL": "INFO",
-            **env,
-        }
-        server = ServerProcess(values, tmp_path / f"server-{len(servers)}.log")
-        servers.append(server)
-        return server.wait_ready()
-
-    yield start
-    llm.release_all()
-    for server in servers:
-        server.stop()
+from tests.integration.conftest import Launch, eventually
 
 
 async def test_concurrent_posts_from_two_processes(

@@ -1,0 +1,108 @@
+"""A tiny run of the benchmark harness (bench/, `python -m bench`), so that it cannot rot.
+
+It runs the harness exactly as a developer would, in its own process, against the test
+PostgreSQL server. The harness creates and drops its own database there (memory_bench_*), so
+it never touches the test database. Performance targets are not asserted here (a tiny run on a
+shared CI machine says nothing about them); correctness and the shape of the results are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = {"context", "floor", "post", "mixed", "tokens"}
+
+
+async def _bench_databases(database_url: str) -> list[str]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from bench.db import to_asyncpg_dsn
+
+    conn = await asyncpg.connect(to_asyncpg_dsn(database_url))
+    try:
+        rows = await conn.fetch("SELECT datname FROM pg_database WHERE datname LIKE 'memory_bench_%'")
+    finally:
+        await conn.close()
+    return [r["datname"] for r in rows]
+
+
+@pytest.mark.timeout(300)
+def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_DATABASE_URL"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--scale",
+            "tiny",
+            "--database-url",
+            database_url,
+            "--results-dir",
+            str(tmp_path),
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert "Targets" in proc.stdout and "Checks" in proc.stdout  # the printed table
+
+    doc: dict[str, Any] = json.loads(output.read_text())
+    meta, res = doc["meta"], doc["results"]
+    assert set(res) == SCENARIOS
+    assert doc["checks"] and all(c["pass"] for c in doc["checks"]), doc["checks"]
+    assert {t["name"] for t in doc["targets"]} == {
+        "context_cost_ratio",
+        "post_p99_ratio",
+        "floor_ratio",
+        "context_tokens_growth",
+        "llm_input_growth",
+    }
+    assert meta["floor_sql_drift"] is False, "bench/floor_app.py no longer runs the service's _CONTEXT SQL"
+
+    # 1 + 4: every size served, by both apps, with a memory and a short gap
+    for key in ("context", "floor"):
+        for size, cell in res[key]["sizes"].items():
+            assert cell["requests"] > 0 and cell["errors"] == 0, (key, size, cell)
+            assert cell["gap_messages"] == 4 and cell["memory_end_sequence"] == int(size) - 5
+    assert res["context"]["cost_ratio"] > 0 and res["floor"]["ratio"] > 0
+    assert res["context"]["explain"][str(res["context"]["largest"])]["custom"]["execution_ms"] is not None
+
+    # 2: both LLM latencies measured; summaries ran in the background
+    for run in res["post"]["runs"].values():
+        assert run["requests"] > 0 and run["errors"] == 0
+        assert run["summaries_started"] > 0
+    assert res["post"]["p99_ratio"] is not None
+
+    # 3: mixed traffic completed every round, no stuck rows, summaries completed
+    mixed = res["mixed"]
+    assert mixed["rounds"] == mixed["conversations"] * mixed["rounds_per_conversation"]
+    assert mixed["errors"] == 0 and mixed["stuck"] == 0
+    assert mixed["summaries_completed"] > 0
+    assert mixed["summary_lag_seconds"]["from_last_message_of_window"]["count"] > 0
+
+    # 5: the fake LLM saw the summaries, and memory + gap is far below the full history
+    tokens = res["tokens"]
+    assert tokens["rounds"] == meta["scale"]["token_rounds"]
+    assert tokens["summaries"] > 0
+    assert tokens["context_saving"] > 0 and tokens["llm_input_saving"] > 0
+    assert tokens["last_round"]["context_tokens"] < tokens["last_round"]["full_history_tokens"]
+
+    # its database was dropped
+    assert meta["database"] not in asyncio.run(_bench_databases(database_url))
