@@ -8,6 +8,7 @@ import asyncio
 import logging.config
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -29,7 +30,14 @@ def _url() -> str:
     return settings.DATABASE_URL
 
 
+# Replicas starting together all run `serve`, which migrates first: an advisory lock makes them
+# take turns, so the first one migrates and the others find the database already at head.
+MIGRATION_LOCK_ID = 0x6D656D6F7279  # "memory"
+
+
 def _run(connection: Connection) -> None:
+    # Transaction-scoped: held until the migrations commit, so the next replica sees them.
+    connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
     context.configure(connection=connection, target_metadata=metadata, compare_type=True)
     with context.begin_transaction():
         context.run_migrations()
