@@ -118,4 +118,5 @@ idempotency_keys = Table(
     Column("response", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "idempotency_key", name="pk_idempotency_keys"),
+    Index("ix_idempotency_keys_created_at", "created_at"),
 )

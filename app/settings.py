@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     MEMORY_MAX_PENDING_SUMMARIES: int = Field(default=1000, ge=0)
     MEMORY_SHUTDOWN_GRACE_SECONDS: float = Field(default=20.0, ge=0)
 
+    MEMORY_IDEMPOTENCY_TTL_HOURS: float = Field(default=24.0, gt=0)
+
     MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1)
     MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
 

@@ -53,6 +53,7 @@ class MemoryService:
         policy: MemoryPolicy,
         summarizer: Summarizer,
         lease_seconds: float,
+        idempotency_ttl_hours: float,
         max_concurrent: int,
         max_pending: int,
         maintenance_interval: float,
@@ -61,6 +62,7 @@ class MemoryService:
         self.policy = policy
         self.summarizer = summarizer
         self.lease_seconds = lease_seconds
+        self.idempotency_ttl_hours = idempotency_ttl_hours
         self.runner = SummaryRunner(
             work=self.summarize,
             maintenance=self.maintain,
@@ -243,7 +245,7 @@ class MemoryService:
             logger.warning("Could not mark memory %d failed; leaving it to the reaper", memory_id)
 
     async def maintain(self, owned: list[int]) -> None:
-        """Renew the leases of our rows, then fail rows whose worker died."""
+        """Renew the leases of our rows, fail rows whose worker died, expire idempotency keys."""
         async with self.engine.begin() as conn:
             if owned:
                 await memory.renew_leases(conn, memory_ids=owned, lease_seconds=self.lease_seconds)
@@ -255,6 +257,7 @@ class MemoryService:
                     row["end_sequence"],
                     row["conversation_id"],
                 )
+            await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
 
     # ---- read path ----------------------------------------------------------------------
 

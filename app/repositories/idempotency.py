@@ -44,3 +44,19 @@ async def put(
             "response": orjson.dumps(response).decode(),
         },
     )
+
+
+async def expire(conn: AsyncConnection, *, older_than_hours: float, batch: int = 5000) -> int:
+    """Delete keys older than the TTL, a bounded batch at a time (runs on every replica)."""
+    result = await conn.execute(
+        text(
+            """
+            DELETE FROM idempotency_keys WHERE ctid IN (
+                SELECT ctid FROM idempotency_keys
+                WHERE created_at < now() - make_interval(secs => :ttl)
+                LIMIT :batch FOR UPDATE SKIP LOCKED)
+            """
+        ),
+        {"ttl": older_than_hours * 3600, "batch": batch},
+    )
+    return int(result.rowcount)

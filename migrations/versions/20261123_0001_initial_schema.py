@@ -16,7 +16,8 @@ Beyond seed 004's memory table, and why:
 - memory.completed_at, attempts, error: when and how a summary ended, for ops.
 - memory.memory_text stays NOT NULL (seed): a processing row holds '' until it completes.
 - idempotency_keys: the stored response of a POST made with an Idempotency-Key, so a retried
-  request returns the original result and stores nothing twice.
+  request returns the original result and stores nothing twice; indexed by created_at for the
+  periodic expiry (MEMORY_IDEMPOTENCY_TTL_HOURS).
 
 Revision ID: 0001
 Revises:
@@ -97,6 +98,7 @@ UPGRADE = """
             created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
             CONSTRAINT pk_idempotency_keys PRIMARY KEY (conversation_id, idempotency_key)
         );
+        CREATE INDEX ix_idempotency_keys_created_at ON idempotency_keys (created_at);
 """
 
 

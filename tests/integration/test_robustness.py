@@ -47,6 +47,22 @@ async def test_concurrent_retries_with_one_key_store_once(api: App, db: asyncpg.
     assert await db.fetchval("SELECT count(*) FROM messages") == 2
 
 
+async def test_idempotency_keys_expire_after_their_ttl(api: App, db: asyncpg.Connection) -> None:
+    headers = {"Idempotency-Key": "old"}
+    await api.client.post("/conversations/x/messages", json=ROUND, headers=headers)
+    await api.client.post("/conversations/x/messages", json=ROUND, headers={"Idempotency-Key": "new"})
+    await db.execute(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE idempotency_key = 'old'"
+    )
+    await api.service.maintain([])
+    assert [r["idempotency_key"] for r in await db.fetch("SELECT idempotency_key FROM idempotency_keys")] == [
+        "new"
+    ]
+    again = await api.client.post("/conversations/x/messages", json=ROUND, headers=headers)
+    assert "Idempotent-Replayed" not in again.headers
+    assert [m["sequence"] for m in again.json()["messages"]] == [4, 5]
+
+
 async def test_bad_idempotency_key_is_422(api: App) -> None:
     response = await api.client.post(
         "/conversations/i/messages", json=ROUND, headers={"Idempotency-Key": "x" * 300}
