@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import asyncpg
 import httpx
 
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import Launch, eventually
+from tests.integration.servers import ServerProcess
 
 
 async def test_concurrent_posts_from_two_processes(
@@ -97,18 +99,26 @@ async def test_concurrent_posts_from_two_processes(
     )
 
 
+async def post_rounds(server: ServerProcess, cid: str, rounds: range) -> dict[str, Any]:
+    """POST one round per number; returns the last response body."""
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for n in rounds:
+            body = {
+                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+            }
+            response = await client.post(f"/conversations/{cid}/messages", json=body)
+            assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
 async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
     launch: Launch, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
     lease = {"MEMORY_PROCESSING_TIMEOUT_SECONDS": "2", "MEMORY_REAPER_INTERVAL_SECONDS": "0.2"}
     first = launch(**lease)
     llm.hold = True
-    async with httpx.AsyncClient(base_url=first.url) as client:
-        for n in range(3):
-            body = {
-                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
-            }
-            assert (await client.post("/conversations/k/messages", json=body)).status_code == 201
+    await post_rounds(first, "k", range(3))
     await asyncio.to_thread(llm.wait_for_calls, 1)
     first_lease = await db.fetchval("SELECT lease_expires_at FROM memory WHERE memory_id = 1")
 
@@ -135,9 +145,7 @@ async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
     assert recovery < 2 + 3  # lease + reaper tick + restart
 
     llm.hold = False
-    async with httpx.AsyncClient(base_url=second.url) as client:
-        body = {"messages": [{"role": "user", "content": "q3"}, {"role": "assistant", "content": "a3"}]}
-        started = (await client.post("/conversations/k/messages", json=body)).json()["memory"]
+    started = (await post_rounds(second, "k", range(3, 4)))["memory"]
     assert (started["memory_id"], started["start_sequence"], started["end_sequence"]) == (2, 0, 7)
 
     async def completed() -> bool:
@@ -152,12 +160,7 @@ async def test_sigterm_lets_running_summaries_finish(
 ) -> None:
     server = launch(MEMORY_SHUTDOWN_GRACE_SECONDS="20")
     llm.hold = True
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        for n in range(3):
-            body = {
-                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
-            }
-            assert (await client.post("/conversations/t/messages", json=body)).status_code == 201
+    await post_rounds(server, "t", range(3))
     await asyncio.to_thread(llm.wait_for_calls, 1)
     server.terminate()
 
@@ -176,12 +179,7 @@ async def test_sigterm_past_the_grace_period_fails_the_rest_cleanly(
 ) -> None:
     server = launch(MEMORY_SHUTDOWN_GRACE_SECONDS="0.2")
     llm.hold = True
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        for n in range(3):
-            body = {
-                "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
-            }
-            assert (await client.post("/conversations/g/messages", json=body)).status_code == 201
+    await post_rounds(server, "g", range(3))
     await asyncio.to_thread(llm.wait_for_calls, 1)
     server.terminate()
     # uvicorn re-raises SIGTERM after a clean shutdown, so the exit status is -15.
