@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -137,12 +138,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(DBAPIError)
     @app.exception_handler(PoolTimeoutError)
     @app.exception_handler(OSError)
-    async def _db_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    @app.exception_handler(asyncpg.PostgresConnectionError)
+    @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)
+    async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
         # Connection-level failures (DB restarting, unreachable, pool exhausted) are transient:
         # answer 503 at once so clients retry, instead of hanging or a bare 500.
         if isinstance(exc, DBAPIError) and not _is_connection_error(exc):
             raise exc
         logger.warning("Database unavailable: %s", type(exc).__name__)
+        # The pool does not ping connections on checkout (a ping costs three round trips), so
+        # after a database restart its connections are dead: replace them all at once.
+        await request.app.state.engine.dispose()
         return JSONResponse(
             status_code=503,
             content={"detail": "database unavailable, retry shortly", "code": "unavailable"},

@@ -40,8 +40,10 @@ class Settings(BaseSettings):
 
     DATABASE_URL: str | None = None
     MEMORY_EMBEDDED_PGDATA: Path = Field(default_factory=_default_pgdata)
-    DATABASE_POOL_SIZE: int = Field(default=10, ge=1, le=500)
-    DATABASE_MAX_OVERFLOW: int = Field(default=10, ge=0, le=500)
+    # Overflow connections are closed on return, so a pool smaller than the usual concurrency
+    # churns connections (a TCP + auth handshake per request): size the pool, keep overflow small.
+    DATABASE_POOL_SIZE: int = Field(default=20, ge=1, le=500)
+    DATABASE_MAX_OVERFLOW: int = Field(default=5, ge=0, le=500)
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from app.api.deps import ConversationIdPath, ServiceDep, TenantDep
 from app.schemas import ContextOut, MemoriesOut
@@ -15,11 +15,13 @@ router = APIRouter(tags=["context"])
 @router.get("/conversations/{conversation_id}/context", response_model=ContextOut)
 async def get_context(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
-) -> dict[str, Any]:
+) -> Response:
     """The latest completed memory plus every message after it (the gap). While a newer summary
     is processing, this is the previous completed one with a larger gap: never blocked, never
     missing a message."""
-    return await service.get_context(tenant_id=tenant, conversation_id=conversation_id)
+    # PostgreSQL builds the JSON (the hot read path); the response model documents its shape.
+    body = await service.get_context_json(tenant_id=tenant, conversation_id=conversation_id)
+    return Response(content=body, media_type="application/json")
 
 
 @router.get("/conversations/{conversation_id}/memories", response_model=MemoriesOut)

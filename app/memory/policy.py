@@ -58,11 +58,6 @@ def calculate_summary_range(last_saved_seq: int, window_size: int) -> tuple[int,
     return (start_seq, end_seq)
 
 
-def gap_start(latest_completed_end: int | None) -> int:
-    """First sequence of the gap: everything after the completed memory, or all messages."""
-    return 0 if latest_completed_end is None else latest_completed_end + 1
-
-
 @dataclass(frozen=True, slots=True)
 class SlidingWindowPolicy:
     """Seeds 004/002: after each round from ``summarize_after_seq`` on, summarize the last

@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import Conflict, NotFound
-from app.memory.policy import MemoryPolicy, gap_start
+from app.memory.policy import MemoryPolicy
 from app.memory.runner import SummaryRunner
 from app.memory.summarizers import Summarizer, SummaryRequest
 from app.repositories import conversations, idempotency, memory, messages
@@ -261,23 +261,14 @@ class MemoryService:
 
     # ---- read path ----------------------------------------------------------------------
 
-    async def get_context(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
-        """The latest completed memory plus the gap after it; never waits on a summary."""
+    async def get_context_json(self, *, tenant_id: str, conversation_id: str) -> str:
+        """The latest completed memory plus the gap after it, as the response's JSON text;
+        never waits on a summary."""
         async with self.engine.connect() as conn:
-            found = await memory.context(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            found = await memory.context_json(conn, conversation_id=conversation_id, tenant_id=tenant_id)
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found")
-        mem = found["memory"]
-        gap = found["messages"]
-        last = found["next_sequence"] - 1
-        return {
-            "conversation_id": conversation_id,
-            "memory": mem,
-            "messages": gap,
-            "processing": found["processing"],
-            "last_sequence": last if last >= 0 else None,
-            "memory_lag_messages": last + 1 - gap_start(mem["end_sequence"] if mem else None),
-        }
+        return found
 
     async def list_memories(self, *, tenant_id: str, conversation_id: str) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:

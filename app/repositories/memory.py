@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -192,52 +191,53 @@ async def restart_failed(
     return "busy" if row is None else dict(row._mapping)
 
 
-# One round trip for GET /context: the conversation, its latest completed memory, the memory in
-# flight, and the gap (every message after the completed memory's end), as JSON built by
-# PostgreSQL so no ORM objects are materialised.
-_CONTEXT = text(
-    """
-    WITH conv AS (
-        SELECT conversation_id, next_sequence FROM conversations
-        WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id
-    ), mem AS (
-        SELECT memory_id, memory_text AS text, start_sequence, end_sequence, base_memory_id,
-               created_at, completed_at, generation_time_ms
-        FROM memory
-        WHERE conversation_id = :conversation_id AND status = 'completed'
-          AND EXISTS (SELECT 1 FROM conv)
-        ORDER BY end_sequence DESC, memory_id DESC
-        LIMIT 1
-    ), proc AS (
-        SELECT memory_id, start_sequence, end_sequence, base_memory_id, created_at
-        FROM memory
-        WHERE conversation_id = :conversation_id AND status = 'processing'
-          AND EXISTS (SELECT 1 FROM conv)
-    )
-    SELECT
-        (SELECT next_sequence FROM conv) AS next_sequence,
-        (SELECT row_to_json(mem) FROM mem)::text AS memory,
-        (SELECT row_to_json(proc) FROM proc)::text AS processing,
-        (SELECT coalesce(json_agg(json_build_object(
-                    'sequence', g.sequence, 'role', g.role, 'content', g.content,
-                    'created_at', g.created_at) ORDER BY g.sequence), '[]')
-         FROM messages g
-         WHERE g.conversation_id = :conversation_id AND EXISTS (SELECT 1 FROM conv)
-           AND g.sequence > coalesce((SELECT end_sequence FROM mem), -1))::text AS messages
-    """
+# GET /context in one round trip, with the whole response built by PostgreSQL as JSON: the
+# conversation (tenant-checked), its latest completed memory, the memory in flight, and the gap
+# (every message after the completed memory's end). The hot read path skips SQLAlchemy's
+# statement layer and pydantic, and runs this on the pooled asyncpg connection directly.
+# Plain asyncpg placeholders: $1 = conversation_id, $2 = tenant_id. Returns NULL for an unknown
+# conversation. bench/floor_app.py runs this same statement.
+CONTEXT_SQL = """
+WITH conv AS (
+    SELECT next_sequence FROM conversations
+    WHERE conversation_id = $1 AND tenant_id = $2
+), mem AS (
+    SELECT memory_id, memory_text AS text, start_sequence, end_sequence, base_memory_id,
+           created_at, completed_at, generation_time_ms
+    FROM memory
+    WHERE conversation_id = $1 AND status = 'completed' AND EXISTS (SELECT 1 FROM conv)
+    ORDER BY end_sequence DESC, memory_id DESC
+    LIMIT 1
+), proc AS (
+    SELECT memory_id, start_sequence, end_sequence, base_memory_id, created_at
+    FROM memory
+    WHERE conversation_id = $1 AND status = 'processing' AND EXISTS (SELECT 1 FROM conv)
+), gap AS (
+    SELECT sequence, role, content, created_at
+    FROM messages
+    WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM conv)
+      AND sequence > coalesce((SELECT end_sequence FROM mem), -1)
 )
+SELECT json_build_object(
+    'conversation_id', $1::text,
+    'memory', (SELECT row_to_json(mem) FROM mem),
+    'messages', coalesce((SELECT json_agg(gap ORDER BY gap.sequence) FROM gap), '[]'::json),
+    'processing', (SELECT row_to_json(proc) FROM proc),
+    'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),
+    'memory_lag_messages',
+        (SELECT next_sequence FROM conv) - coalesce((SELECT end_sequence FROM mem) + 1, 0)
+)::text
+WHERE EXISTS (SELECT 1 FROM conv)
+"""
 
 
-async def context(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> dict[str, Any] | None:
-    row = (await conn.execute(_CONTEXT, {"conversation_id": conversation_id, "tenant_id": tenant_id})).one()
-    if row.next_sequence is None:
-        return None
-    return {
-        "next_sequence": row.next_sequence,
-        "memory": orjson.loads(row.memory) if row.memory else None,
-        "processing": orjson.loads(row.processing) if row.processing else None,
-        "messages": orjson.loads(row.messages),
-    }
+async def context_json(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> str | None:
+    """The context response as JSON text, or None for an unknown conversation."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    result: str | None = await driver.fetchval(CONTEXT_SQL, conversation_id, tenant_id)
+    return result
 
 
 async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from app.memory.policy import (
     SlidingWindowPolicy,
     SummaryPlan,
     calculate_summary_range,
-    gap_start,
     should_trigger_summary,
 )
 
@@ -72,11 +71,6 @@ def test_plan_builds_on_latest_completed() -> None:
     latest = MemoryRef(memory_id=3, start_sequence=0, end_sequence=11)
     assert policy.plan(last_saved_seq=15, latest_completed=latest) == SummaryPlan(2, 15, 3)
     assert policy.plan(last_saved_seq=11, latest_completed=latest) is None
-
-
-def test_gap_start() -> None:
-    assert gap_start(None) == 0
-    assert gap_start(5) == 6
 
 
 def test_policy_rejects_bad_parameters() -> None:
