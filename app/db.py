@@ -7,12 +7,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psutil
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.settings import Settings, normalize_database_url
@@ -20,6 +22,8 @@ from app.settings import Settings, normalize_database_url
 logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# UTC, so timestamps PostgreSQL renders into JSON read the same whatever the server's zone.
+SERVER_SETTINGS = {"application_name": "memory-service", "timezone": "UTC"}
 
 
 def prune_dead_handles(pgdata: Path) -> None:
@@ -64,8 +68,7 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
     connect_args: dict[str, Any] = {
         "timeout": settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
         "command_timeout": settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
-        # UTC, so timestamps PostgreSQL renders into JSON read the same on every server.
-        "server_settings": {"application_name": "memory-service", "timezone": "UTC"},
+        "server_settings": SERVER_SETTINGS,
     }
     return create_async_engine(
         url,
@@ -79,6 +82,29 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_pre_ping=False,
         connect_args=connect_args,
     )
+
+
+async def _no_reset(_connection: asyncpg.Connection) -> None:
+    """The read pool only runs single autocommit statements: nothing to reset between uses."""
+
+
+async def create_read_pool(url: str, settings: Settings) -> asyncpg.Pool:
+    """A plain asyncpg pool for the hot read path (GET context), sized like the engine's.
+
+    A connection that breaks (database restart) is closed and replaced by the pool on its
+    next use, so no ping is needed here either.
+    """
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn,
+        min_size=1,
+        max_size=settings.DATABASE_POOL_SIZE,
+        timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+        command_timeout=settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
+        server_settings=SERVER_SETTINGS,
+        reset=_no_reset,
+    )
+    return pool
 
 
 def alembic_config(url: str) -> Config:

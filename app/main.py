@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import context, conversations, health, ops
 from app.api.deps import api_key_digests
-from app.db import create_engine, head_revision, resolve_database_url
+from app.db import create_engine, create_read_pool, head_revision, resolve_database_url
 from app.errors import AppError
 from app.memory.policy import SlidingWindowPolicy
 from app.memory.service import MemoryService
@@ -54,10 +54,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(resolve_database_url(settings), settings)
+        url = resolve_database_url(settings)
+        engine = create_engine(url, settings)
+        read_pool = await create_read_pool(url, settings)
         summarizer = build_summarizer(settings)
         service = MemoryService(
             engine=engine,
+            read_pool=read_pool,
             policy=SlidingWindowPolicy(
                 window_size=settings.MEMORY_ROLLING_WINDOW_SIZE,
                 summarize_after_seq=settings.MEMORY_SUMMARIZE_AFTER_SEQ,
@@ -78,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await service.runner.shutdown(settings.MEMORY_SHUTDOWN_GRACE_SECONDS)
             await summarizer.aclose()
+            await read_pool.close()
             await engine.dispose()
 
     app = FastAPI(

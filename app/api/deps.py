@@ -9,7 +9,7 @@ import hashlib
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request
 
 from app.errors import Unauthorized
 from app.memory.service import MemoryService
@@ -33,16 +33,17 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
-async def get_tenant(
-    request: Request,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> str:
-    """The caller's tenant. With MEMORY_API_KEYS unset every caller is the default tenant."""
+async def get_tenant(request: Request) -> str:
+    """The caller's tenant. With MEMORY_API_KEYS unset every caller is the default tenant.
+
+    Reads the headers itself rather than through header parameters: this runs on every request,
+    and the keys are documented in the README (they are not part of any operation's schema).
+    """
     keys: dict[bytes, str] = request.app.state.api_key_digests
     if not keys:
         return DEFAULT_TENANT
-    presented = x_api_key
+    presented = request.headers.get("x-api-key")
+    authorization = request.headers.get("authorization")
     if presented is None and authorization is not None:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() == "bearer":

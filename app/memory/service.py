@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -50,6 +51,7 @@ class MemoryService:
         self,
         *,
         engine: AsyncEngine,
+        read_pool: asyncpg.Pool,
         policy: MemoryPolicy,
         summarizer: Summarizer,
         lease_seconds: float,
@@ -59,6 +61,7 @@ class MemoryService:
         maintenance_interval: float,
     ) -> None:
         self.engine = engine
+        self.read_pool = read_pool
         self.policy = policy
         self.summarizer = summarizer
         self.lease_seconds = lease_seconds
@@ -264,8 +267,9 @@ class MemoryService:
     async def get_context_json(self, *, tenant_id: str, conversation_id: str) -> str:
         """The latest completed memory plus the gap after it, as the response's JSON text;
         never waits on a summary."""
-        async with self.engine.connect() as conn:
-            found = await memory.context_json(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+        found = await memory.context_json(
+            self.read_pool, conversation_id=conversation_id, tenant_id=tenant_id
+        )
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found")
         return found

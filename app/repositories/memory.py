@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -193,8 +194,8 @@ async def restart_failed(
 
 # GET /context in one round trip, with the whole response built by PostgreSQL as JSON: the
 # conversation (tenant-checked), its latest completed memory, the memory in flight, and the gap
-# (every message after the completed memory's end). The hot read path skips SQLAlchemy's
-# statement layer and pydantic, and runs this on the pooled asyncpg connection directly.
+# (every message after the completed memory's end). The hot read path skips SQLAlchemy and
+# pydantic: it runs this on a plain asyncpg pool (app.db.create_read_pool).
 # Plain asyncpg placeholders: $1 = conversation_id, $2 = tenant_id. Returns NULL for an unknown
 # conversation. bench/floor_app.py runs this same statement.
 CONTEXT_SQL = """
@@ -231,12 +232,10 @@ WHERE EXISTS (SELECT 1 FROM conv)
 """
 
 
-async def context_json(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> str | None:
+async def context_json(pool: asyncpg.Pool, *, conversation_id: str, tenant_id: str) -> str | None:
     """The context response as JSON text, or None for an unknown conversation."""
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    assert driver is not None
-    result: str | None = await driver.fetchval(CONTEXT_SQL, conversation_id, tenant_id)
+    async with pool.acquire() as conn:
+        result: str | None = await conn.fetchval(CONTEXT_SQL, conversation_id, tenant_id)
     return result
 
 
