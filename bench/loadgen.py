@@ -23,7 +23,7 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -301,7 +301,7 @@ async def run_mixed(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-WORKLOADS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+WORKLOADS: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]] = {
     "get": run_get,
     "post": run_post,
     "mixed": run_mixed,
@@ -312,6 +312,7 @@ def main() -> None:
     spec = orjson.loads(sys.stdin.buffer.read())
     workload = WORKLOADS[spec["kind"]]
     cpu_before = time.process_time()
+    result: dict[str, Any]
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]

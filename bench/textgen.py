@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-_WORDS = (
+_VOCABULARY = (
     "the a an this that our your my their its we you they it I he she project service database "
     "query index memory summary window message conversation user assistant context token cost "
     "latency throughput request response error retry timeout deploy release branch commit test "
@@ -22,7 +22,8 @@ _WORDS = (
     "and or but so then also only just still even more less most least very quite rather "
     "Monday Tuesday Friday March April Berlin Paris Tokyo Alice Bob Carol Postgres Python "
     "one two three four five ten twenty hundred thousand percent hours minutes seconds days"
-).split()
+)
+_WORDS = _VOCABULARY.split()
 
 
 def sentence(rng: random.Random, min_words: int = 6, max_words: int = 18) -> str:

@@ -32,7 +32,9 @@ class TokenCounter:
         models: 3 per message, plus role and content, plus 3 priming the reply)."""
         total = 3
         for message in messages:
-            total += 3 + self.count(str(message.get("role", ""))) + self.count(str(message.get("content", "")))
+            total += (
+                3 + self.count(str(message.get("role", ""))) + self.count(str(message.get("content", "")))
+            )
         return total
 
 

@@ -40,9 +40,7 @@ def _lua_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-async def _wrk(
-    exe: str, base_url: str, script: Path, concurrency: int, seconds: float
-) -> dict[str, Any]:
+async def _wrk(exe: str, base_url: str, script: Path, concurrency: int, seconds: float) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         exe,
         "-t1",

@@ -23,7 +23,7 @@ SCENARIOS = {"context", "floor", "post", "mixed", "tokens"}
 
 
 async def _bench_databases(database_url: str) -> list[str]:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     from bench.db import to_asyncpg_dsn
 

@@ -1,0 +1,492 @@
+"""Orchestration: a fresh database, the processes (fake LLM, service, floor), load runs in a
+separate load-generator process, and the results document."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import orjson
+
+from bench import wrk
+from bench.db import create_database, drop_database, new_database_name, redact
+from bench.floor_app import CONTEXT_SQL, normalize_sql
+from bench.procs import Child, launch, machine_busy_seconds, postgres_cpu_seconds
+from bench.scales import Scale
+from bench.seed import ConversationSeed, Seeder, vacuum_analyze
+from bench.textgen import rng_for
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS_DIR = ROOT / "bench" / "results"
+SCENARIOS = ("context", "post", "mixed", "floor", "tokens")
+
+
+@dataclass
+class Options:
+    scale: Scale
+    scenarios: tuple[str, ...]
+    database_url: str
+    results_dir: Path = DEFAULT_RESULTS_DIR
+    output: Path | None = None
+    loadgen: str = "auto"  # auto | python | wrk
+    keep_database: bool = False
+    strict: bool = False
+    profile: bool = False
+    workers: int = 1
+    log_level: str = "INFO"
+    approx_tokens: bool = False
+    service_env: dict[str, str] = field(default_factory=dict)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _git_dirty() -> bool | None:
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", "app", "migrations", "pyproject.toml"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip())
+
+
+def summarize_collapsed(path: Path, top: int = 25) -> dict[str, Any]:
+    """Top functions of a py-spy ``--format raw`` profile (collapsed stacks): by self samples
+    and by inclusive samples."""
+    self_counts: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {"samples": 0}
+    for line in lines:
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        self_counts[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    return {
+        "samples": total,
+        "self": [(f, round(100 * c / total, 1)) for f, c in self_counts.most_common(top)] if total else [],
+        "inclusive": [(f, round(100 * c / total, 1)) for f, c in inclusive.most_common(top)] if total else [],
+    }
+
+
+class Bench:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.scale = opts.scale
+        self.stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_id = f"{self.scale.name}-{self.stamp}-{os.getpid()}"
+        self.results_dir = opts.results_dir
+        self.log_dir = self.results_dir / "logs" / self.run_id
+        self.window_size = int(opts.service_env.get("MEMORY_ROLLING_WINDOW_SIZE", "14"))
+        self.summarize_after_seq = int(opts.service_env.get("MEMORY_SUMMARIZE_AFTER_SEQ", "5"))
+        self.db_name = new_database_name()
+        self.db_url = ""
+        self.pool: asyncpg.Pool | None = None
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
+        self.llm: Child | None = None
+        self.service: Child | None = None
+        self.floor: Child | None = None
+        self.wrk_exe: str | None = None
+        self.timings: dict[str, float] = {}
+        self.profiles: dict[str, Any] = {}
+
+    # ---- helpers used by the scenarios ------------------------------------------------------
+
+    @property
+    def db(self) -> asyncpg.Pool:
+        assert self.pool is not None
+        return self.pool
+
+    @property
+    def svc(self) -> Child:
+        assert self.service is not None
+        return self.service
+
+    def child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("MEMORY_", "OPENAI_", "DATABASE_", "FLOOR_"))
+        }
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra or {})
+        return env
+
+    async def llm_control(self, **control: Any) -> dict[str, Any]:
+        assert self.llm is not None
+        response = await self.http.post(self.llm.base_url + "/_control", json=control)
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def llm_captured(self) -> dict[str, Any]:
+        assert self.llm is not None
+        response = await self.http.get(self.llm.base_url + "/_captured")
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def runner_stats(self) -> dict[str, Any]:
+        response = await self.http.get(self.svc.base_url + "/ops/runner")
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def wait_idle(self, limit_seconds: float) -> dict[str, Any]:
+        """Wait until no summary runs or waits in the service and no row is 'processing'."""
+        started = time.perf_counter()
+        while True:
+            runner = await self.runner_stats()
+            processing = await self.db.fetchval("SELECT count(*) FROM memory WHERE status = 'processing'")
+            elapsed = time.perf_counter() - started
+            if runner["running"] == 0 and runner["waiting"] == 0 and processing == 0:
+                return {"seconds": round(elapsed, 3), "timed_out": False}
+            if elapsed > limit_seconds:
+                return {"seconds": round(elapsed, 3), "timed_out": True, "processing": processing, **runner}
+            await asyncio.sleep(0.1)
+
+    async def run_load(self, spec: dict[str, Any], *, target: Child, label: str) -> dict[str, Any]:
+        """One load run from a separate process (wrk for plain GET runs when chosen, else the
+        Python load generator), with the CPU the target and PostgreSQL used meanwhile."""
+        spec = {**spec, "base_url": target.base_url}
+        wall0, target0, db0 = time.perf_counter(), target.cpu_seconds(), postgres_cpu_seconds()
+        machine0 = machine_busy_seconds()
+        profiler = await self._start_profiler(label, target) if self.opts.profile else None
+        try:
+            if spec["kind"] == "get" and self.wrk_exe is not None:
+                result = await wrk.run_get(
+                    self.wrk_exe,
+                    target.base_url,
+                    spec["paths"],
+                    int(spec["concurrency"]),
+                    float(spec["warmup_seconds"]),
+                    float(spec["duration_seconds"]),
+                )
+            else:
+                result = await self._python_loadgen(spec)
+        finally:
+            if profiler is not None:
+                await self._stop_profiler(label, profiler)
+        wall = time.perf_counter() - wall0
+        result["label"] = label
+        result["cpu_cores"] = {
+            target.name: round((target.cpu_seconds() - target0) / wall, 2),
+            "postgres": round((postgres_cpu_seconds() - db0) / wall, 2),
+            # everything on the machine, load generator and other tenants included
+            "machine": round((machine_busy_seconds() - machine0) / wall, 2),
+        }
+        if not target.alive():
+            raise RuntimeError(f"{target.name} died during {label}:\n{target.log_tail()}")
+        return result
+
+    async def _python_loadgen(self, spec: dict[str, Any]) -> dict[str, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.loadgen",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+            env=self.child_env(),
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(orjson.dumps(spec)), timeout=7200)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"load generator failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
+            )
+        result: dict[str, Any] = orjson.loads(out)
+        return result
+
+    async def _start_profiler(self, label: str, target: Child) -> asyncio.subprocess.Process | None:
+        exe = shutil.which("py-spy")
+        if exe is None or target is not self.service:
+            return None
+        out = self.log_dir / f"profile-{label}.txt"
+        args = [exe, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw"]
+        if self.opts.workers > 1:
+            args.append("--subprocesses")
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            "--output",
+            str(out),
+            "--nonblocking",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        return proc
+
+    async def _stop_profiler(self, label: str, proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        self.profiles[label] = summarize_collapsed(self.log_dir / f"profile-{label}.txt")
+
+    # ---- set-up and tear-down -----------------------------------------------------------------
+
+    def seeds(self) -> list[ConversationSeed]:
+        chosen = set(self.opts.scenarios)
+        seeds: list[ConversationSeed] = []
+        if chosen & {"context", "floor"}:
+            seeds += [ConversationSeed(f"ctx-{n}", n, gap=4) for n in self.scale.context_sizes]
+        if "post" in chosen:
+            for prefix in ("post-fast", "post-slow"):
+                seeds += [
+                    ConversationSeed(f"{prefix}-{i}", 10, gap=4) for i in range(self.scale.post_conversations)
+                ]
+        if "mixed" in chosen:
+            rng = rng_for("bench-mixed-history")
+            for i in range(self.scale.mixed_conversations):
+                rounds = rng.randint(0, 10)
+                seeds.append(ConversationSeed(f"mix-{i}", 2 * rounds, gap=2))
+        return seeds
+
+    async def _migrate(self) -> None:
+        log = self.log_dir / "migrate.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "app.cli",
+                "migrate",
+                cwd=self.log_dir,
+                env=self.child_env({"DATABASE_URL": self.db_url, "LOG_LEVEL": "WARNING"}),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            code = await proc.wait()
+        if code != 0:
+            raise RuntimeError(f"`memory-service migrate` failed ({code}):\n{log.read_text()[-2000:]}")
+
+    async def setup(self) -> dict[str, Any]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.opts.loadgen in ("auto", "wrk"):
+            self.wrk_exe = wrk.wrk_path()
+            if self.wrk_exe is None and self.opts.loadgen == "wrk":
+                raise RuntimeError("--loadgen wrk: wrk is not installed (Debian: apt-get install wrk)")
+        if self.opts.profile and shutil.which("py-spy") is None:
+            raise RuntimeError("--profile needs py-spy on PATH (e.g. `uv tool install py-spy`)")
+        t0 = time.perf_counter()
+        self.db_url = await create_database(self.opts.database_url, self.db_name)
+        await self._migrate()
+        self.timings["create_and_migrate_seconds"] = round(time.perf_counter() - t0, 2)
+
+        t0 = time.perf_counter()
+        self.pool = await asyncpg.create_pool(self.db_url, min_size=1, max_size=3)
+        seeder = Seeder(
+            window_size=self.window_size,
+            summarize_after_seq=self.summarize_after_seq,
+            history=self.scale.memory_history,
+        )
+        async with self.db.acquire() as conn:
+            seeded = await seeder.seed(conn, self.seeds())
+            await vacuum_analyze(conn)
+        self.timings["seed_seconds"] = round(time.perf_counter() - t0, 2)
+
+        t0 = time.perf_counter()
+        self.llm = await launch(
+            "fake-llm",
+            lambda port: [sys.executable, "-m", "bench.fake_llm", "--port", str(port)],
+            env=self.child_env(),
+            cwd=ROOT,
+            log_path=self.log_dir / "fake_llm.log",
+            health_path="/healthz",
+        )
+        service_env = self.child_env(
+            {
+                "DATABASE_URL": self.db_url,
+                "OPENAI_API_KEY": "bench-not-a-real-key",
+                "OPENAI_BASE_URL": self.llm.base_url + "/v1",
+                "MEMORY_SUMMARIZER": "openai",
+                "LOG_LEVEL": self.opts.log_level,
+                **self.opts.service_env,
+            }
+        )
+        workers = ["--workers", str(self.opts.workers)] if self.opts.workers > 1 else []
+        # As in production: uvicorn, no reload, access log off. The working directory is the
+        # run's log folder so a developer's .env cannot change the settings under test.
+        self.service = await launch(
+            "service",
+            lambda port: [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "app.main:app",
+                "--no-access-log",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--app-dir",
+                str(ROOT),
+                *workers,
+            ],
+            env=service_env,
+            cwd=self.log_dir,
+            log_path=self.log_dir / "service.log",
+            health_path="/readyz",
+        )
+        if "floor" in self.opts.scenarios:
+            pool_size = self.opts.service_env.get("DATABASE_POOL_SIZE", "10")
+            self.floor = await launch(
+                "floor",
+                lambda port: [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "bench.floor_app:app",
+                    "--no-access-log",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--app-dir",
+                    str(ROOT),
+                    *workers,
+                ],
+                env=self.child_env({"FLOOR_DATABASE_URL": self.db_url, "FLOOR_POOL_SIZE": pool_size}),
+                cwd=self.log_dir,
+                log_path=self.log_dir / "floor.log",
+                health_path="/healthz",
+            )
+        self.timings["start_processes_seconds"] = round(time.perf_counter() - t0, 2)
+        return seeded
+
+    async def teardown(self) -> None:
+        for child in (self.service, self.floor, self.llm):
+            if child is not None:
+                with contextlib.suppress(Exception):
+                    await child.stop()
+        await self.http.aclose()
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.close()
+        if self.db_url and not self.opts.keep_database:
+            await drop_database(self.opts.database_url, self.db_name)
+
+    def service_log_summary(self) -> dict[str, Any]:
+        path = self.log_dir / "service.log"
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return {}
+        warnings = [line for line in lines if " WARNING " in line]
+        errors = [line for line in lines if " ERROR " in line or line.startswith("Traceback")]
+        kinds = Counter(line.split("] ", 1)[-1][:80] for line in warnings)
+        return {
+            "warnings": len(warnings),
+            "errors": len(errors),
+            "top_warnings": kinds.most_common(5),
+            "first_errors": errors[:5],
+        }
+
+    def floor_sql_drift(self) -> bool | None:
+        """True when the floor's copy differs from the service's context statement (None when
+        the service's statement cannot be found by either of its known names)."""
+        try:
+            from app.repositories import memory as memory_repo
+        except Exception:
+            return None
+        app_sql = getattr(memory_repo, "CONTEXT_SQL", None)
+        if app_sql is None:
+            legacy = getattr(memory_repo, "_CONTEXT", None)
+            app_sql = getattr(legacy, "text", None)
+        if not isinstance(app_sql, str):
+            return None
+        return normalize_sql(app_sql) != normalize_sql(CONTEXT_SQL)
+
+    # ---- the run --------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        from bench import scenarios
+
+        began = time.perf_counter()
+        results: dict[str, Any] = {}
+        meta: dict[str, Any] = {
+            "run_id": self.run_id,
+            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "command": " ".join([os.path.basename(sys.executable), "-m", "bench", *sys.argv[1:]]),
+            "scale": asdict(self.scale),
+            "scenarios": list(self.opts.scenarios),
+            "git_commit": _git_commit(),
+            "app_tree_dirty": _git_dirty(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "database_server": redact(self.opts.database_url),
+            "database": self.db_name,
+            "workers": self.opts.workers,
+            "service_env_overrides": self.opts.service_env,
+            "log_level": self.opts.log_level,
+            "log_dir": str(self.log_dir),
+        }
+        try:
+            meta["seeded"] = await self.setup()
+            meta["loadgen"] = "wrk (GET runs) + python (others)" if self.wrk_exe else "python"
+            meta["floor_sql_drift"] = self.floor_sql_drift()
+            async with self.db.acquire() as conn:
+                meta["postgres"] = await conn.fetchval("SHOW server_version")
+            chosen = set(self.opts.scenarios)
+            if chosen & {"context", "floor"}:
+                results.update(
+                    await scenarios.context_and_floor(self, "context" in chosen, "floor" in chosen)
+                )
+            if "post" in chosen:
+                results["post"] = await scenarios.post_latency(self)
+            if "mixed" in chosen:
+                results["mixed"] = await scenarios.mixed(self)
+            if "tokens" in chosen:
+                results["tokens"] = await scenarios.tokens(self)
+        finally:
+            await self.teardown()
+            meta["service_log"] = self.service_log_summary()
+            meta["timings"] = self.timings
+            meta["total_seconds"] = round(time.perf_counter() - began, 1)
+        if self.profiles:
+            meta["profiles"] = self.profiles
+        return {"meta": meta, "results": results}

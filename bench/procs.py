@@ -1,0 +1,161 @@
+"""Child processes: start on a free port, wait until healthy, measure CPU, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx
+import psutil
+
+
+class ProcessFailed(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # Linux: the child gets SIGTERM if the harness dies without cleaning up (kill -9, OOM).
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    name: str
+    proc: asyncio.subprocess.Process
+    base_url: str
+    log_path: Path
+    _log: IO[bytes] = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process and its children (uvicorn --workers)."""
+        try:
+            proc = psutil.Process(self.pid)
+            total = 0.0
+            for p in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = p.cpu_times()
+                    total += times.user + times.system
+            return total
+        except psutil.Error:
+            return 0.0
+
+    async def stop(self, grace_seconds: float = 30.0) -> int | None:
+        """SIGTERM (uvicorn shuts down gracefully), SIGKILL after ``grace_seconds``."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace_seconds)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+async def wait_healthy(child: Child, path: str, limit_seconds: float) -> None:
+    """Poll ``path`` until it answers 200; fail at once if the process exits."""
+    deadline = time.monotonic() + limit_seconds
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            if not child.alive():
+                raise ProcessFailed(
+                    f"{child.name} exited with {child.proc.returncode}; log tail:\n{child.log_tail()}"
+                )
+            try:
+                response = await client.get(child.base_url + path)
+                if response.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise ProcessFailed(
+                    f"{child.name} not healthy after {limit_seconds:.0f}s; log tail:\n{child.log_tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+
+async def launch(
+    name: str,
+    argv_for_port: Callable[[int], list[str]],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    health_path: str,
+    limit_seconds: float = 60.0,
+) -> Child:
+    """Start a server on a free port and wait for it; retry when another process took the port."""
+    for attempt in range(3):
+        port = free_port()
+        log = log_path.open("ab")
+        proc = await asyncio.create_subprocess_exec(
+            *argv_for_port(port),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        child = Child(name=name, proc=proc, base_url=f"http://127.0.0.1:{port}", log_path=log_path, _log=log)
+        try:
+            await wait_healthy(child, health_path, limit_seconds)
+        except ProcessFailed:
+            await child.stop()
+            if attempt < 2 and "address already in use" in child.log_tail().lower():
+                continue
+            raise
+        return child
+    raise AssertionError("unreachable")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of every local PostgreSQL process (server and backends) that is still alive."""
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info.get("name") == "postgres":
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by the whole machine (all cores, not idle or waiting for I/O)."""
+    times = psutil.cpu_times()
+    busy = times.user + times.system + getattr(times, "nice", 0.0)
+    return float(busy + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0))

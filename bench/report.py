@@ -1,0 +1,317 @@
+"""Targets and checks, the printed table, and the JSON file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+# Performance targets from the issue: reported, and fail the run only with --strict.
+TARGETS = {
+    "context_cost_ratio": ("<=", 1.1, "GET context: largest conversation's cost / smallest's (1/throughput)"),
+    "post_p99_ratio": ("<=", 1.2, "POST round p99 with the slow LLM / with the fast LLM"),
+    "floor_ratio": (">=", 0.6, "GET context throughput / floor app's (geometric mean over sizes)"),
+    "context_tokens_growth": ("<=", 1.1, "context tokens, last fifth of rounds / first fifth (flat = 1)"),
+    "llm_input_growth": ("<=", 1.1, "LLM input tokens per summary, last fifth / first fifth (flat = 1)"),
+}
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 1) -> str:
+    cells = [[str(h) for h in headers], *[[_fmt(v, digits) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append(
+            "  "
+            + "  ".join(
+                c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(targets, checks). Checks are correctness (errors, stuck rows) and always count."""
+    res = doc["results"]
+    values: dict[str, Any] = {}
+    if "context" in res:
+        values["context_cost_ratio"] = res["context"]["cost_ratio"]
+    if "post" in res:
+        values["post_p99_ratio"] = res["post"]["p99_ratio"]
+    if "floor" in res and "ratio" in res["floor"]:
+        values["floor_ratio"] = res["floor"]["ratio"]
+    if "tokens" in res:
+        values["context_tokens_growth"] = res["tokens"]["context_growth"]
+        values["llm_input_growth"] = res["tokens"]["llm_input_growth"]
+    targets = []
+    for name, value in values.items():
+        op, limit, what = TARGETS[name]
+        ok = value is not None and (value <= limit if op == "<=" else value >= limit)
+        targets.append({"name": name, "value": value, "target": f"{op} {limit}", "pass": ok, "what": what})
+
+    checks = []
+
+    def check(name: str, value: Any, ok: bool) -> None:
+        checks.append({"name": name, "value": value, "pass": ok})
+
+    for key in ("context", "floor"):
+        if key in res:
+            errors = sum(s["errors"] for s in res[key]["sizes"].values())
+            check(f"{key}: HTTP errors", errors, errors == 0)
+    if "post" in res:
+        for label, run in res["post"]["runs"].items():
+            check(f"post ({label} LLM): HTTP errors", run["errors"], run["errors"] == 0)
+            check(
+                f"post ({label} LLM): summaries failed", run["summaries_failed"], run["summaries_failed"] == 0
+            )
+    if "mixed" in res:
+        m = res["mixed"]
+        check("mixed: HTTP errors", m["errors"], m["errors"] == 0)
+        check("mixed: stuck rows after drain", m["stuck"], m["stuck"] == 0)
+        check("mixed: summaries failed", m["summaries_failed"], m["summaries_failed"] == 0)
+        check("mixed: drained in time", not m["drain"]["timed_out"], not m["drain"]["timed_out"])
+    if "tokens" in res:
+        t = res["tokens"]
+        check("tokens: summaries failed", t["summaries_failed"], t["summaries_failed"] == 0)
+    return targets, checks
+
+
+def render(doc: dict[str, Any]) -> str:
+    meta, res = doc["meta"], doc["results"]
+    out: list[str] = []
+    out.append(
+        f"memory-service benchmark  scale={meta['scale']['name']}  commit={meta.get('git_commit')}"
+        f"{' (app/ modified)' if meta.get('app_tree_dirty') else ''}  cpus={meta.get('cpus')}  "
+        f"python={meta.get('python')}  postgres={meta.get('postgres', '-')}  "
+        f"loadgen={meta.get('loadgen', '-')}"
+    )
+    if "context" in res or "floor" in res:
+        base = res.get("context") or res["floor"]
+        out.append(
+            f"\n[1] GET context (closed loop, {base['concurrency']} connections, "
+            f"{base['repeats']} x {base['duration_seconds']:g}s after {base['warmup_seconds']:g}s "
+            "warm-up, medians)"
+        )
+        rows = []
+        for size in base["sizes"]:
+            s = res["context"]["sizes"][size] if "context" in res else None
+            f = res["floor"]["sizes"][size] if "floor" in res else None
+            rows.append(
+                [
+                    f"{int(size):,}",
+                    s["gap_messages"] if s else (f["gap_messages"] if f else None),
+                    s["p50_ms"] if s else None,
+                    s["p99_ms"] if s else None,
+                    s["throughput_rps"] if s else None,
+                    (s["cpu_cores"].get("service") if s else None),
+                    (s["cpu_cores"].get("postgres") if s else None),
+                    (s["cpu_cores"].get("machine") if s else None),
+                    f["p50_ms"] if f else None,
+                    f["throughput_rps"] if f else None,
+                    res["floor"].get("ratio_by_size", {}).get(size) if "floor" in res else None,
+                    res["context"]["explain"][size]["custom"]["execution_ms"] if "context" in res else None,
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "messages",
+                    "gap",
+                    "p50 ms",
+                    "p99 ms",
+                    "req/s",
+                    "svc cores",
+                    "pg cores",
+                    "machine",
+                    "floor p50",
+                    "floor req/s",
+                    "ours/floor",
+                    "SQL ms",
+                ],
+                rows,
+                digits=2,
+            )
+        )
+        if "context" in res:
+            c = res["context"]
+            out.append(
+                f"  cost {c['largest']:,} vs {c['smallest']:,} messages (throughput ratio): "
+                f"{_fmt(c['cost_ratio'], 3)}"
+                f"   p50 ratio: {_fmt(c['p50_ratio'], 3)}"
+            )
+    if "post" in res:
+        p = res["post"]
+        out.append(
+            f"\n[2] POST a round (open loop, {p['rate']:g} req/s, {p['repeats']} x "
+            f"{p['duration_seconds']:g}s per LLM latency, interleaved, medians; "
+            f"{p['conversations']:,} conversations)"
+        )
+        rows = []
+        for label, run in p["runs"].items():
+            lat = run["latency_ms"].get("post", {})
+            rows.append(
+                [
+                    f"{label} ({run['llm_latency_seconds']:g} s)",
+                    lat.get("p50"),
+                    lat.get("p90"),
+                    lat.get("p99"),
+                    lat.get("max"),
+                    run["throughput_rps"],
+                    run["errors"],
+                    run["summaries_started"],
+                    run["queued_at_end"],
+                    run["cpu_cores"].get("service"),
+                    run["cpu_cores"].get("machine"),
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "LLM",
+                    "p50 ms",
+                    "p90 ms",
+                    "p99 ms",
+                    "max ms",
+                    "req/s",
+                    "errors",
+                    "summaries",
+                    "queued at end",
+                    "svc cores",
+                    "machine cores",
+                ],
+                rows,
+                digits=2,
+            )
+        )
+        out.append(f"  p99 ratio slow/fast: {_fmt(p['p99_ratio'], 3)}   p50 ratio: {_fmt(p['p50_ratio'], 3)}")
+        out.append(
+            "  p99 of each run (ms): "
+            + "; ".join(f"{label} {run['p99_each_run']}" for label, run in p["runs"].items())
+        )
+    if "mixed" in res:
+        m = res["mixed"]
+        lags = m["summary_lag_seconds"]
+        out.append(
+            f"\n[3] Mixed traffic ({m['conversations']:,} conversations, {m['clients']} clients, "
+            f"{m['rounds_per_conversation']} rounds each = GET context + POST round; "
+            f"LLM {m['llm_latency_seconds']:g} s)"
+        )
+        out.append(
+            f"  {m['rounds']:,} rounds in {m['seconds']:.1f}s: {m['throughput_rps']:,.1f} req/s, "
+            f"{m['rounds_per_second']:,.1f} rounds/s; errors {m['errors']}; stuck rows {m['stuck']}; "
+            f"failed summaries {m['summaries_failed']}; drained in {m['drain']['seconds']:.1f}s"
+        )
+        rows = []
+        for name in ("get_context", "post_round", "round"):
+            lat = m["latency_ms"].get(name, {})
+            rows.append(
+                [name, lat.get("count"), lat.get("p50"), lat.get("p90"), lat.get("p99"), lat.get("max")]
+            )
+        out.append(table(["request", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows, digits=2))
+        rows = []
+        for name, label in (
+            ("from_last_message_of_window", "completed_at - last message of window"),
+            ("from_memory_row_created", "completed_at - memory row created"),
+            ("round_to_first_covering_memory", "round stored -> first memory covering it"),
+        ):
+            s = lags[name]
+            rows.append([label, s.get("count"), s.get("p50"), s.get("p90"), s.get("p99"), s.get("max")])
+        out.append(table(["summary lag (s)", "count", "p50", "p90", "p99", "max"], rows, digits=2))
+        out.append(
+            f"  summaries completed {m['summaries_completed']:,}; rounds no memory covers after the drain "
+            f"{lags['rounds_never_covered']:,}; conversations whose memory is behind after the drain "
+            f"{m['conversations_memory_behind_at_end']:,}; summary queue max waiting "
+            f"{m['runner_max_waiting']}, max running {m['runner_max_running']}"
+        )
+    if "floor" in res and "ratio" in res["floor"]:
+        out.append(
+            f"\n[4] Floor (Starlette + asyncpg, same SQL): ours/floor throughput "
+            f"{_fmt(res['floor']['ratio'], 3)} (geometric mean over sizes; per size in table [1])"
+        )
+        if meta.get("floor_sql_drift"):
+            out.append(
+                "  WARNING: bench/floor_app.py's SQL differs from CONTEXT_SQL in app/repositories/memory.py"
+            )
+    if "tokens" in res:
+        t = res["tokens"]
+        out.append(
+            f"\n[5] Tokens over {t['rounds']} rounds ({t['summaries']} summaries); "
+            f"tokenizer: {t['tokenizer_note']}"
+        )
+        rows = [
+            [
+                r["round"],
+                r["context_tokens"],
+                r["memory_tokens"],
+                r["gap_messages"],
+                r["full_history_tokens"],
+                r["llm_input_tokens"],
+            ]
+            for r in t["checkpoints"]
+        ]
+        out.append(
+            table(
+                ["round", "context", "memory", "gap msgs", "full history", "LLM input/summary"],
+                rows,
+                digits=0,
+            )
+        )
+        out.append(
+            f"  growth (last fifth / first fifth): context {_fmt(t['context_growth'], 3)}, LLM input "
+            f"{_fmt(t['llm_input_growth'], 3)}, full history {_fmt(t['full_history_growth'], 3)}"
+        )
+        out.append(
+            f"  saving vs full history every round: context {_pct(t['context_saving'])} overall, "
+            f"{_pct(t['context_saving_last_round'])} at the last round; "
+            f"LLM input {_pct(t['llm_input_saving'])}"
+        )
+    targets, checks = doc["targets"], doc["checks"]
+    if targets:
+        out.append("\nTargets")
+        out.append(
+            table(
+                ["target", "value", "goal", "result"],
+                [[t["name"], t["value"], t["target"], "PASS" if t["pass"] else "MISS"] for t in targets],
+                digits=3,
+            )
+        )
+    if checks:
+        out.append("\nChecks")
+        out.append(
+            table(
+                ["check", "value", "result"],
+                [[c["name"], c["value"], "ok" if c["pass"] else "FAILED"] for c in checks],
+            )
+        )
+    log = meta.get("service_log", {})
+    if log:
+        out.append(f"\nService log: {log.get('warnings', 0)} warnings, {log.get('errors', 0)} errors")
+        for text, count in log.get("top_warnings", []):
+            out.append(f"  {count:>6} x {text}")
+    out.append(f"\nTotal {meta.get('total_seconds')}s; timings {meta.get('timings')}")
+    return "\n".join(out)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
