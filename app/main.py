@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             summarizer=summarizer,
             lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
             idempotency_ttl_hours=settings.MEMORY_IDEMPOTENCY_TTL_HOURS,
+            catch_up_on_completion=settings.MEMORY_CATCH_UP_ON_COMPLETION,
             max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
             max_pending=settings.MEMORY_MAX_PENDING_SUMMARIES,
             maintenance_interval=settings.MEMORY_REAPER_INTERVAL_SECONDS,

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     MEMORY_LLM_MAX_RETRIES: int = Field(default=3, ge=0, le=10)
     MEMORY_SUMMARY_MAX_CHARS: int = Field(default=4000, ge=200)
 
+    MEMORY_CATCH_UP_ON_COMPLETION: bool = Field(
+        default=False,
+        description="When a summary completes and rounds arrived meanwhile, start the next one "
+        "at once instead of at the next round's end (seed 002's flow when false).",
+    )
     MEMORY_PROCESSING_TIMEOUT_SECONDS: float = Field(default=300.0, gt=0)
     MEMORY_REAPER_INTERVAL_SECONDS: float = Field(default=30.0, gt=0)
     MEMORY_MAX_CONCURRENT_SUMMARIES: int = Field(default=8, ge=1, le=10_000)

@@ -56,6 +56,7 @@ class MemoryService:
         summarizer: Summarizer,
         lease_seconds: float,
         idempotency_ttl_hours: float,
+        catch_up_on_completion: bool,
         max_concurrent: int,
         max_pending: int,
         maintenance_interval: float,
@@ -66,6 +67,7 @@ class MemoryService:
         self.summarizer = summarizer
         self.lease_seconds = lease_seconds
         self.idempotency_ttl_hours = idempotency_ttl_hours
+        self.catch_up_on_completion = catch_up_on_completion
         self.runner = SummaryRunner(
             work=self.summarize,
             maintenance=self.maintain,
@@ -227,6 +229,8 @@ class MemoryService:
                     elapsed_ms,
                 )
                 logger.debug("Memory %d status updated to completed", memory_id)
+                if self.catch_up_on_completion:
+                    await self._catch_up(row["conversation_id"])
             else:
                 logger.info("Memory %d was reaped or deleted meanwhile; result dropped", memory_id)
         except asyncio.CancelledError:
@@ -236,6 +240,22 @@ class MemoryService:
             reason = f"{type(exc).__name__}: {exc}"
             logger.warning("Summary %d failed: %s", memory_id, reason)
             await self._mark_failed(memory_id, reason, started)
+
+    async def _catch_up(self, conversation_id: str) -> None:
+        """Ask the policy again now that a summary completed: rounds stored while it ran would
+        otherwise wait for the next POST, and a conversation that went quiet would keep a
+        growing gap."""
+        async with self.engine.begin() as conn:
+            last = await conversations.last_sequence(conn, conversation_id=conversation_id)
+            started = (
+                None
+                if last is None
+                else await self._maybe_start_summary(
+                    conn, conversation_id=conversation_id, last_saved_seq=last
+                )
+            )
+        if started is not None:
+            self.runner.submit(started["memory_id"])
 
     async def _mark_failed(self, memory_id: int, reason: str, started: float) -> None:
         elapsed_ms = int((time.perf_counter() - started) * 1000)

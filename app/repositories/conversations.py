@@ -69,6 +69,15 @@ async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) ->
     return None if row is None else dict(row._mapping)
 
 
+async def last_sequence(conn: AsyncConnection, *, conversation_id: str) -> int | None:
+    """Sequence of the newest message, None for an empty or deleted conversation."""
+    value = await conn.scalar(
+        text("SELECT next_sequence - 1 FROM conversations WHERE conversation_id = :conversation_id"),
+        {"conversation_id": conversation_id},
+    )
+    return None if value is None or value < 0 else int(value)
+
+
 async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
     found = await conn.scalar(
         text(

@@ -167,3 +167,21 @@ async def test_seed_004_memory_table_evolution(
     ]
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx), ctx["memory_lag_messages"]) == (5, [], 0)
+
+
+async def test_catch_up_on_completion_summarizes_rounds_stored_meanwhile(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """With MEMORY_CATCH_UP_ON_COMPLETION, a quiet conversation's memory still catches up."""
+    api = await make_app(MEMORY_CATCH_UP_ON_COMPLETION=True)
+    llm.hold = True
+    for n in (1, 2, 3):
+        await api.post_round("quiet", n)
+    assert (await api.post_round("quiet", 4))["memory"] is None  # id=1 still processing
+    # No more rounds come. Completing id=1 starts id=2 over the rounds stored meanwhile.
+    await complete(api, llm, db, 1)
+    await complete(api, llm, db, 2)
+    await api.idle()
+    assert await memory_table(db) == [(1, 0, 5, None, "completed"), (2, 0, 7, 1, "completed")]
+    ctx = await api.context("quiet")
+    assert (used(ctx), gap(ctx), ctx["memory_lag_messages"]) == (2, [], 0)
