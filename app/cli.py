@@ -5,10 +5,31 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+from collections.abc import Callable
+
+import asyncpg
 
 from app.settings import SettingsError, load_settings
 
 logger = logging.getLogger("app")
+
+
+def _migrate_when_reachable(url: str, migrate: Callable[[str], None], wait_seconds: float) -> None:
+    """Migrate, retrying while the database refuses connections (it may still be starting, as
+    in `docker compose up`), for up to ``wait_seconds``."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.5
+    while True:
+        try:
+            migrate(url)
+            return
+        except (OSError, asyncpg.CannotConnectNowError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise OSError(str(exc)) from exc
+            logger.warning("Database not reachable yet (%s); retrying in %.1fs", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.LOG_LEVEL)
     url = resolve_database_url(settings)
     if args.command == "migrate" or not args.no_migrate:
-        migrate(url)
+        try:
+            _migrate_when_reachable(url, migrate, settings.DATABASE_STARTUP_WAIT_SECONDS)
+        except OSError as exc:
+            print(f"memory-service: database unreachable: {exc}", file=sys.stderr)
+            return 1
         logger.info("Database migrated to head")
     if args.command == "migrate":
         return 0

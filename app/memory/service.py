@@ -372,9 +372,11 @@ class MemoryService:
                 conn, memory_id=memory_id, tenant_id=tenant_id, lease_seconds=self.lease_seconds
             )
         if row is None:
-            raise NotFound(f"no failed memory {memory_id}")
+            raise NotFound(f"memory {memory_id} not found")
         if row == "busy":
             raise Conflict("a summary is already processing for this conversation")
+        if isinstance(row, str):
+            raise Conflict(f"memory {memory_id} is {row}; only failed memories can be retried")
         assert isinstance(row, dict)
         self.runner.submit(row["memory_id"])
         started = _memory_started(row)

@@ -95,8 +95,10 @@ async def list_page(
     rows = await conn.execute(
         text(
             """
-            SELECT conversation_id, created_at, metadata, next_sequence AS message_count
-            FROM conversations
+            SELECT c.conversation_id, c.created_at, c.metadata, c.next_sequence AS message_count,
+                   (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id)
+                       AS memory_count
+            FROM conversations c
             WHERE tenant_id = :tenant_id AND (CAST(:after AS varchar) IS NULL OR conversation_id > :after)
             ORDER BY conversation_id
             LIMIT :limit

@@ -158,8 +158,9 @@ async def reap_expired(conn: AsyncConnection) -> list[dict[str, Any]]:
 async def restart_failed(
     conn: AsyncConnection, *, memory_id: int, tenant_id: str, lease_seconds: float
 ) -> dict[str, Any] | str | None:
-    """Move a failed row back to processing for a retry. Returns the row, None when there is no
-    such failed row for the tenant, or 'busy' when the conversation already has one processing."""
+    """Move a failed row back to processing for a retry. Returns the row; None when the tenant
+    has no such memory; its status when it is not failed; or 'busy' when the conversation
+    already has a summary processing."""
     owned = await conn.scalar(
         text(
             """
@@ -169,8 +170,10 @@ async def restart_failed(
         ),
         {"memory_id": memory_id, "tenant_id": tenant_id},
     )
-    if owned != "failed":
+    if owned is None:
         return None
+    if owned != "failed":
+        return str(owned)
     row = (
         await conn.execute(
             text(

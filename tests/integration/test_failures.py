@@ -64,7 +64,8 @@ async def test_failed_memory_can_be_retried(
         2,
         None,
     )
-    assert (await api.client.post("/ops/memories/1/retry")).status_code == 404  # not failed now
+    again = await api.client.post("/ops/memories/1/retry")
+    assert again.status_code == 409 and "is completed" in again.json()["detail"]
     assert (await api.client.post("/ops/memories/999/retry")).status_code == 404
 
 
