@@ -1,7 +1,7 @@
 """The floor: the least an HTTP service can do to answer GET context from this schema.
 
-Starlette + an asyncpg pool, one route, and the service's own context statement (a copy of
-``CONTEXT_SQL`` in app/repositories/memory.py, which has PostgreSQL build the whole response as
+Starlette + an asyncpg pool, one route, and the service's own context statement
+(``CONTEXT_SQL`` from app/repositories/memory.py, which has PostgreSQL build the whole response as
 JSON), its text returned as the body. No validation, no dependency injection, no ORM, no
 transaction. Served by uvicorn exactly like the service:
 ``FLOOR_DATABASE_URL=postgresql://... python -m uvicorn bench.floor_app:app --no-access-log``.
@@ -10,7 +10,6 @@ transaction. Served by uvicorn exactly like the service:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,49 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-# Copied from app/repositories/memory.py (CONTEXT_SQL); the harness reports when the two drift.
+# The service's own statement, imported rather than copied so the two cannot drift.
 # $1 = conversation_id, $2 = tenant_id; NULL for an unknown conversation.
-CONTEXT_SQL = """
-WITH conv AS (
-    SELECT next_sequence FROM conversations
-    WHERE conversation_id = $1 AND tenant_id = $2
-), mem AS (
-    SELECT memory_id, memory_text AS text, start_sequence, end_sequence, base_memory_id,
-           created_at, completed_at, generation_time_ms
-    FROM memory
-    WHERE conversation_id = $1 AND status = 'completed' AND EXISTS (SELECT 1 FROM conv)
-    ORDER BY end_sequence DESC, memory_id DESC
-    LIMIT 1
-), proc AS (
-    SELECT memory_id, start_sequence, end_sequence, base_memory_id, created_at
-    FROM memory
-    WHERE conversation_id = $1 AND status = 'processing' AND EXISTS (SELECT 1 FROM conv)
-), gap AS (
-    SELECT sequence, role, content, created_at
-    FROM messages
-    WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM conv)
-      AND sequence > coalesce((SELECT end_sequence FROM mem), -1)
-      AND sequence < (SELECT next_sequence FROM conv)
-)
-SELECT json_build_object(
-    'conversation_id', $1::text,
-    'memory', (SELECT row_to_json(mem) FROM mem),
-    'messages', coalesce((SELECT json_agg(gap ORDER BY gap.sequence) FROM gap), '[]'::json),
-    'processing', (SELECT row_to_json(proc) FROM proc),
-    'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),
-    'memory_lag_messages',
-        (SELECT next_sequence FROM conv) - coalesce((SELECT end_sequence FROM mem) + 1, 0)
-)::text
-WHERE EXISTS (SELECT 1 FROM conv)
-"""
-
-_NAMED = re.compile(r":(conversation_id|tenant_id)\b")
-
-
-def normalize_sql(sql: str) -> str:
-    """Whitespace-folded text, named parameters as positional ones, for the drift check."""
-    sql = _NAMED.sub(lambda m: "$1" if m.group(1) == "conversation_id" else "$2", sql)
-    return " ".join(sql.split())
+from app.repositories.memory import CONTEXT_SQL
 
 
 def _dsn() -> str:

@@ -24,7 +24,6 @@ import orjson
 
 from bench import wrk
 from bench.db import create_database, drop_database, new_database_name, redact
-from bench.floor_app import CONTEXT_SQL, normalize_sql
 from bench.procs import Child, launch, machine_busy_seconds, postgres_cpu_seconds
 from bench.scales import Scale
 from bench.seed import ConversationSeed, Seeder, vacuum_analyze
@@ -425,21 +424,6 @@ class Bench:
             "first_errors": errors[:5],
         }
 
-    def floor_sql_drift(self) -> bool | None:
-        """True when the floor's copy differs from the service's context statement (None when
-        the service's statement cannot be found by either of its known names)."""
-        try:
-            from app.repositories import memory as memory_repo
-        except Exception:
-            return None
-        app_sql = getattr(memory_repo, "CONTEXT_SQL", None)
-        if app_sql is None:
-            legacy = getattr(memory_repo, "_CONTEXT", None)
-            app_sql = getattr(legacy, "text", None)
-        if not isinstance(app_sql, str):
-            return None
-        return normalize_sql(app_sql) != normalize_sql(CONTEXT_SQL)
-
     # ---- the run --------------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
@@ -468,7 +452,6 @@ class Bench:
         try:
             meta["seeded"] = await self.setup()
             meta["loadgen"] = "wrk (GET runs) + python (others)" if self.wrk_exe else "python"
-            meta["floor_sql_drift"] = self.floor_sql_drift()
             async with self.db.acquire() as conn:
                 meta["postgres"] = await conn.fetchval("SHOW server_version")
             chosen = set(self.opts.scenarios)

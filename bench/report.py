@@ -244,10 +244,6 @@ def render(doc: dict[str, Any]) -> str:
             f"\n[4] Floor (Starlette + asyncpg, same SQL): ours/floor throughput "
             f"{_fmt(res['floor']['ratio'], 3)} (geometric mean over sizes; per size in table [1])"
         )
-        if meta.get("floor_sql_drift"):
-            out.append(
-                "  WARNING: bench/floor_app.py's SQL differs from CONTEXT_SQL in app/repositories/memory.py"
-            )
     if "tokens" in res:
         t = res["tokens"]
         out.append(

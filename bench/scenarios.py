@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from bench.floor_app import CONTEXT_SQL
+from app.repositories.memory import CONTEXT_SQL
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
 from bench.tokens import get_counter
