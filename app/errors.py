@@ -30,8 +30,3 @@ class PayloadTooLarge(AppError):
 class Unauthorized(AppError):
     status_code = 401
     code = "unauthorized"
-
-
-class ServiceUnavailable(AppError):
-    status_code = 503
-    code = "unavailable"

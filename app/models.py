@@ -30,8 +30,6 @@ metadata = MetaData(
     }
 )
 
-ROLES = ("user", "assistant", "system", "tool")
-STATUSES = ("processing", "completed", "failed")
 
 conversations = Table(
     "conversations",

@@ -19,11 +19,6 @@ class SummaryPlan:
     end_sequence: int
     base_memory_id: int | None
 
-    @property
-    def dropped_before(self) -> int:
-        """Messages with a sequence below this have left the window."""
-        return self.start_sequence
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryRef:
