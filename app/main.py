@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = resolve_database_url(settings)
+        url = await asyncio.to_thread(resolve_database_url, settings)  # may start a server
         engine = create_engine(url, settings)
         read_pool = await create_read_pool(url, settings)
         summarizer = build_summarizer(settings)
