@@ -93,9 +93,17 @@ class MemoryService:
         idempotency record and the 'processing' row commit together or not at all. The task is
         scheduled only after commit, so it always finds its row.
         """
-        request_hash = hashlib.sha256(
-            orjson.dumps({"items": list(items), "metadata": metadata}, option=orjson.OPT_SORT_KEYS)
-        ).hexdigest()
+        # (key, hash of the body), computed only when the client sent a key.
+        idempotency_pair = (
+            None
+            if idempotency_key is None
+            else (
+                idempotency_key,
+                hashlib.sha256(
+                    orjson.dumps({"items": list(items), "metadata": metadata}, option=orjson.OPT_SORT_KEYS)
+                ).hexdigest(),
+            )
+        )
         async with self.engine.begin() as conn:
             allocated = await conversations.allocate_sequences(
                 conn,
@@ -107,11 +115,11 @@ class MemoryService:
             if allocated is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
             first_sequence, created = allocated
-            if idempotency_key is not None:
-                stored = await idempotency.get(conn, conversation_id=conversation_id, key=idempotency_key)
+            if idempotency_pair is not None:
+                stored = await idempotency.get(conn, conversation_id=conversation_id, key=idempotency_pair[0])
                 if stored is not None:
                     await conn.rollback()  # give back the sequence range reserved above
-                    if stored["request_hash"] != request_hash:
+                    if stored["request_hash"] != idempotency_pair[1]:
                         raise Conflict("Idempotency-Key was already used with a different request body")
                     return AppendResult(body=stored["response"], replayed=True)
             stored_messages = await messages.insert_many(
@@ -131,12 +139,12 @@ class MemoryService:
                 "messages": stored_messages,
                 "memory": _memory_started(started),
             }
-            if idempotency_key is not None:
+            if idempotency_pair is not None:
                 await idempotency.put(
                     conn,
                     conversation_id=conversation_id,
-                    key=idempotency_key,
-                    request_hash=request_hash,
+                    key=idempotency_pair[0],
+                    request_hash=idempotency_pair[1],
                     response=body,
                 )
         if started is not None:
