@@ -22,6 +22,7 @@ from starlette.routing import Route
 # The service's own statement, imported rather than copied so the two cannot drift.
 # $1 = conversation_id, $2 = tenant_id; NULL for an unknown conversation.
 from app.repositories.memory import CONTEXT_SQL
+from app.settings import Settings
 
 
 def _dsn() -> str:
@@ -31,7 +32,7 @@ def _dsn() -> str:
 
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    size = int(os.environ.get("FLOOR_POOL_SIZE", "10"))
+    size = int(os.environ.get("FLOOR_POOL_SIZE", Settings.model_fields["DATABASE_POOL_SIZE"].default))
     # UTC like the service's connections, so timestamps in the JSON read the same.
     pool = await asyncpg.create_pool(
         _dsn(), min_size=size, max_size=size, server_settings={"timezone": "UTC"}

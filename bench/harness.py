@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import asyncpg
 import httpx
 import orjson
 
+from app.settings import Settings
 from bench import wrk
 from bench.db import create_database, drop_database, new_database_name, redact
 from bench.procs import Child, launch, machine_busy_seconds, postgres_cpu_seconds
@@ -347,15 +349,15 @@ class Bench:
             }
         )
         workers = ["--workers", str(self.opts.workers)] if self.opts.workers > 1 else []
+
         # As in production: uvicorn, no reload, access log off. The working directory is the
         # run's log folder so a developer's .env cannot change the settings under test.
-        self.service = await launch(
-            "service",
-            lambda port: [
+        def uvicorn(app_path: str) -> Callable[[int], list[str]]:
+            return lambda port: [
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "app.main:app",
+                app_path,
                 "--no-access-log",
                 "--host",
                 "127.0.0.1",
@@ -364,30 +366,24 @@ class Bench:
                 "--app-dir",
                 str(ROOT),
                 *workers,
-            ],
+            ]
+
+        self.service = await launch(
+            "service",
+            uvicorn("app.main:app"),
             env=service_env,
             cwd=self.log_dir,
             log_path=self.log_dir / "service.log",
             health_path="/readyz",
         )
         if "floor" in self.opts.scenarios:
-            pool_size = self.opts.service_env.get("DATABASE_POOL_SIZE", "10")
+            # The same pool size as the service's, so the comparison is like for like.
+            pool_size = self.opts.service_env.get(
+                "DATABASE_POOL_SIZE", str(Settings.model_fields["DATABASE_POOL_SIZE"].default)
+            )
             self.floor = await launch(
                 "floor",
-                lambda port: [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "bench.floor_app:app",
-                    "--no-access-log",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--app-dir",
-                    str(ROOT),
-                    *workers,
-                ],
+                uvicorn("bench.floor_app:app"),
                 env=self.child_env({"FLOOR_DATABASE_URL": self.db_url, "FLOOR_POOL_SIZE": pool_size}),
                 cwd=self.log_dir,
                 log_path=self.log_dir / "floor.log",
