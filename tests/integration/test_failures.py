@@ -12,7 +12,7 @@ from tests.integration.conftest import AppFactory, eventually
 
 
 async def statuses(db: asyncpg.Connection) -> list[tuple[int, str]]:
-    return [tuple(r) for r in await db.fetch("SELECT memory_id, status FROM memory ORDER BY memory_id")]  # type: ignore[misc]
+    return [tuple(r) for r in await db.fetch("SELECT memory_id, status FROM memory ORDER BY memory_id")]
 
 
 async def test_llm_error_fails_the_row_and_the_next_round_triggers_again(

@@ -8,10 +8,13 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import Launch, eventually
 from tests.integration.servers import ServerProcess
+
+pytestmark = pytest.mark.slow
 
 
 async def test_concurrent_posts_from_two_processes(
@@ -137,7 +140,8 @@ async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
     second = launch(**lease)
 
     async def reaped() -> bool:
-        return await db.fetchval("SELECT status FROM memory WHERE memory_id = 1") == "failed"
+        status: str | None = await db.fetchval("SELECT status FROM memory WHERE memory_id = 1")
+        return status == "failed"
 
     await eventually(reaped, within=30, what="the dead worker's row to be reaped")
     recovery = time.monotonic() - killed_at  # reported, not asserted: timing is the machine's
@@ -148,7 +152,8 @@ async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
     assert (started["memory_id"], started["start_sequence"], started["end_sequence"]) == (2, 0, 7)
 
     async def completed() -> bool:
-        return await db.fetchval("SELECT status FROM memory WHERE memory_id = 2") == "completed"
+        status: str | None = await db.fetchval("SELECT status FROM memory WHERE memory_id = 2")
+        return status == "completed"
 
     await eventually(completed, what="a new summary to complete after the restart")
     print(f"\nkill -9 recovery: stuck row failed {recovery:.2f}s after the kill (lease 2 s)")

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import Launch
+
+pytestmark = pytest.mark.slow
 
 
 def test_schemathesis_finds_no_failures(launch: Launch, tmp_path: Path) -> None:

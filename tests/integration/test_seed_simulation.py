@@ -18,7 +18,7 @@ async def memory_table(db: asyncpg.Connection) -> list[Row]:
         "SELECT memory_id, start_sequence, end_sequence, base_memory_id, status "
         "FROM memory ORDER BY memory_id"
     )
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 async def complete(api: App, llm: FakeLLM, db: asyncpg.Connection, memory_id: int) -> None:
