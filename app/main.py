@@ -1,4 +1,4 @@
-"""App factory and lifespan: engine, summarizer, background runner."""
+"""App factory and lifespan: engine, model, background runner."""
 
 from __future__ import annotations
 
@@ -27,27 +27,26 @@ from app.db import (
     resolve_database_url,
 )
 from app.errors import AppError
-from app.memory.policy import SlidingWindowPolicy
+from app.memory.llm import ChatModel
 from app.memory.service import MemoryService
-from app.memory.summarizers import OfflineSummarizer, OpenAISummarizer, Summarizer
 from app.schemas import ErrorOut
 from app.settings import Settings, SummarizerKind, load_settings
 
 logger = logging.getLogger("app")
 
 
-def build_summarizer(settings: Settings) -> Summarizer:
+def build_model(settings: Settings) -> ChatModel | None:
+    """The model that writes summaries; None means each policy's offline fallback."""
     if settings.summarizer_kind is SummarizerKind.OPENAI:
         assert settings.OPENAI_API_KEY is not None  # checked by Settings
-        return OpenAISummarizer(
+        return ChatModel(
             api_key=settings.OPENAI_API_KEY.get_secret_value(),
             model=settings.MEMORY_MODEL,
             base_url=settings.OPENAI_BASE_URL,
             timeout_seconds=settings.MEMORY_LLM_TIMEOUT_SECONDS,
             max_retries=settings.MEMORY_LLM_MAX_RETRIES,
-            max_chars=settings.MEMORY_SUMMARY_MAX_CHARS,
         )
-    return OfflineSummarizer(max_chars=settings.MEMORY_SUMMARY_MAX_CHARS)
+    return None
 
 
 def configure_logging(level: str) -> None:
@@ -66,31 +65,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         url = await asyncio.to_thread(resolve_database_url, settings)  # may start a server
         engine = create_engine(url, settings)
         read_pool = await create_read_pool(url, settings)
-        summarizer = build_summarizer(settings)
+        model = build_model(settings)
         service = MemoryService(
             engine=engine,
             read_pool=read_pool,
-            policy=SlidingWindowPolicy(
-                window_size=settings.MEMORY_ROLLING_WINDOW_SIZE,
-                summarize_after_seq=settings.MEMORY_SUMMARIZE_AFTER_SEQ,
-            ),
-            summarizer=summarizer,
+            model=model,
+            default_policy=settings.default_policy,
+            parameter_defaults=settings.policy_defaults,
+            summary_max_chars=settings.MEMORY_SUMMARY_MAX_CHARS,
             lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
             idempotency_ttl_hours=settings.MEMORY_IDEMPOTENCY_TTL_HOURS,
-            catch_up_on_completion=settings.MEMORY_CATCH_UP_ON_COMPLETION,
             max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
             max_pending=settings.MEMORY_MAX_PENDING_SUMMARIES,
             maintenance_interval=settings.MEMORY_REAPER_INTERVAL_SECONDS,
         )
         app.state.engine = engine
         app.state.service = service
-        logger.info("Memory service up: summarizer=%s", summarizer.name)
+        logger.info(
+            "Memory service up: summarizer=%s, default policy=%s",
+            service.summarizer_name,
+            service.default_policy_json,
+        )
         service.runner.start()
         try:
             yield
         finally:
             await service.runner.shutdown(settings.MEMORY_SHUTDOWN_GRACE_SECONDS)
-            await summarizer.aclose()
+            if model is not None:
+                await model.aclose()
             await read_pool.close()
             await engine.dispose()
             if settings.DATABASE_URL is None:
@@ -99,7 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="Conversation memory service",
         version="0.1.0",
-        description="Rounds in, bounded context out: sliding-window summaries with a gap fallback.",
+        description="Rounds in, bounded context out: summaries made by a memory policy per "
+        "conversation (sliding window, rolling blocks), with a gap fallback.",
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -18,7 +18,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -39,6 +39,11 @@ conversations = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("next_sequence", Integer, nullable=False, server_default="0"),
+    Column("next_round", Integer, nullable=False, server_default="0"),
+    Column("memory_policy", JSONB, nullable=False),
+    Column("context_summaries", Integer, nullable=False, server_default="1"),
+    Column("context_recent_rounds", Integer, nullable=False, server_default="0"),
+    CheckConstraint("context_summaries >= 1 AND context_recent_rounds >= 0", name="context"),
     Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
 )
 
@@ -52,12 +57,15 @@ messages = Table(
         nullable=False,
     ),
     Column("sequence", Integer, nullable=False),
+    Column("round", Integer, nullable=False),
     Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
+    Column("content", JSON, nullable=False),
+    Column("metadata", JSON, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "sequence", name="uq_messages_conversation_sequence"),
     CheckConstraint("role IN ('user', 'assistant', 'system', 'tool')", name="role"),
     CheckConstraint("sequence >= 0", name="sequence_non_negative"),
+    CheckConstraint("round >= 0", name="round_non_negative"),
 )
 
 memory = Table(
@@ -71,8 +79,12 @@ memory = Table(
         nullable=False,
     ),
     Column("memory_text", Text, nullable=False),
+    Column("kind", String(20), nullable=False),
     Column("start_sequence", Integer, nullable=False),
     Column("end_sequence", Integer, nullable=False),
+    Column("start_round", Integer, nullable=False),
+    Column("end_round", Integer, nullable=False),
+    Column("input_start_sequence", Integer, nullable=False),
     Column("base_memory_id", Integer, ForeignKey("memory.memory_id"), nullable=True),
     Column("status", String(20), nullable=False, server_default="completed"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -83,6 +95,11 @@ memory = Table(
     Column("error", Text, nullable=True),
     CheckConstraint("status IN ('processing', 'completed', 'failed')", name="status"),
     CheckConstraint("0 <= start_sequence AND start_sequence <= end_sequence", name="window"),
+    CheckConstraint("kind IN ('window', 'block')", name="kind"),
+    CheckConstraint("0 <= start_round AND start_round <= end_round", name="rounds"),
+    CheckConstraint(
+        "start_sequence <= input_start_sequence AND input_start_sequence <= end_sequence", name="input"
+    ),
     Index(
         "idx_memory_conversation_status",
         "conversation_id",
@@ -113,7 +130,7 @@ idempotency_keys = Table(
     ),
     Column("idempotency_key", String(255), nullable=False),
     Column("request_hash", String(64), nullable=False),
-    Column("response", JSONB, nullable=False),
+    Column("response", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "idempotency_key", name="pk_idempotency_keys"),
     Index("ix_idempotency_keys_created_at", "created_at"),

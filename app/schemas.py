@@ -2,43 +2,123 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+import orjson
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    field_validator,
+)
+
+from app.memory.policies import PolicyConfig
+from app.memory.types import Content
 
 Role = Literal["user", "assistant", "system", "tool"]
 # PostgreSQL's jsonb cannot store U+0000, so metadata strings exclude it (a 422, not a 500).
 _NO_NUL = r"^[^\x00]*$"
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=_NO_NUL)]
-MetadataValue = (
-    Annotated[str, StringConstraints(max_length=1000, pattern=_NO_NUL)] | int | float | bool | None
-)
+_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _exact_number(value: object) -> object:
+    """Integers within 64 bits and finite floats: what JSON, orjson and PostgreSQL all store."""
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        raise ValueError("integers must fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    return value
+
+
+MetadataValue = Annotated[
+    Annotated[str, StringConstraints(max_length=1000, pattern=_NO_NUL)] | int | float | bool | None,
+    AfterValidator(_exact_number),
+]
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,49}$"
+
+
+# Bounds of JSON content: what every layer (orjson, PostgreSQL's json, clients) handles exactly.
+MAX_JSON_DEPTH = 64
+
+
+def _check_text(value: str) -> None:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        # JSON's \uD800-\uDFFF escapes can name half a character, which UTF-8 cannot store.
+        raise ValueError("JSON content holds an unpaired surrogate (a lone \\uD800-\\uDFFF escape)") from None
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON content nests deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        _check_text(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise ValueError("JSON content holds an integer outside the 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("JSON content holds NaN or Infinity, which JSON cannot represent")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key)
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+
+
+def content_chars(content: Content) -> int:
+    """The size a message's content is limited by: its characters, or its compact JSON's."""
+    return len(content) if isinstance(content, str) else len(orjson.dumps(content).decode())
+
+
+_NON_BLANK = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 
 
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Role
-    # The pattern (no NUL, at least one non-blank character) is checked by the validator below,
-    # which says precisely what is wrong; it is in the schema so clients and fuzzers know it.
-    content: str = Field(min_length=1, json_schema_extra={"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"})
+    # A string, or a JSON object or array stored as posted (e.g. seed 000's userRequest and
+    # aiResponse objects). The string pattern (no NUL, at least one non-blank character) is
+    # checked by the validator below, which says precisely what is wrong; it is in the schema so
+    # clients and fuzzers know it.
+    content: (
+        Annotated[
+            str, Field(min_length=1, json_schema_extra={"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"})
+        ]
+        | dict[str, JsonValue]
+        | list[JsonValue]
+    ) = Field(description="Text, or a JSON object or array returned exactly as posted.")
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None, max_length=64, description="Flat key/value labels kept with the message."
+    )
 
     @field_validator("content")
     @classmethod
-    def _content(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content must not be blank")
-        if "\x00" in value:
-            raise ValueError("content must not contain NUL characters")
+    def _content(cls, value: Content) -> Content:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("content must not be blank")
+            if "\x00" in value:
+                raise ValueError("content must not contain NUL characters")
+        else:
+            _check_json(value)
         return value
 
 
 class AppendMessagesIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    messages: list[MessageIn] = Field(min_length=1)
+    messages: list[MessageIn] = Field(min_length=1, description="One round, oldest first.")
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,
         max_length=64,
@@ -46,17 +126,34 @@ class AppendMessagesIn(BaseModel):
     )
 
 
+class CreateConversationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
+    memory_policy: PolicyConfig | None = Field(
+        default=None,
+        description="The conversation's memory policy: a name and any parameters; the ones left "
+        "out take the deployment's defaults. Unset: the deployment's MEMORY_POLICY.",
+    )
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=64)
+
+
 class MessageOut(BaseModel):
     sequence: int
+    round: int = Field(description="The round (POST) the message came in, from 0.")
     role: str
-    content: str
+    content: Any = Field(description="As posted: a string, or a JSON object or array.")
+    metadata: dict[str, Any] | None
     created_at: datetime
 
 
 class MemoryStarted(BaseModel):
     memory_id: int
+    kind: str
     start_sequence: int
     end_sequence: int
+    start_round: int
+    end_round: int
     base_memory_id: int | None
     status: str
     created_at: datetime
@@ -65,15 +162,19 @@ class MemoryStarted(BaseModel):
 class AppendMessagesOut(BaseModel):
     conversation_id: str
     created: bool = Field(description="True when this request created the conversation.")
+    round: int = Field(description="This round's number, from 0.")
     messages: list[MessageOut]
     memory: MemoryStarted | None = Field(description="The summary this round started, if the trigger fired.")
 
 
-class ContextMemory(BaseModel):
+class ContextSummary(BaseModel):
     memory_id: int
+    kind: str
     text: str
     start_sequence: int
     end_sequence: int
+    start_round: int
+    end_round: int
     base_memory_id: int | None
     created_at: datetime
     completed_at: datetime | None
@@ -82,6 +183,7 @@ class ContextMemory(BaseModel):
 
 class ProcessingMemory(BaseModel):
     memory_id: int
+    kind: str
     start_sequence: int
     end_sequence: int
     base_memory_id: int | None
@@ -90,21 +192,30 @@ class ProcessingMemory(BaseModel):
 
 class ContextOut(BaseModel):
     conversation_id: str
-    memory: ContextMemory | None = Field(description="The latest completed memory.")
+    policy: str = Field(description="The conversation's memory policy.")
+    summaries: list[ContextSummary] = Field(
+        description="The completed summaries the policy shows, newest first."
+    )
+    memory: ContextSummary | None = Field(description="The newest of summaries (null when none).")
     messages: list[MessageOut] = Field(
-        description="The gap: every message after memory.end_sequence (all when memory is null)."
+        description="The raw part, oldest first: every message after memory.end_sequence (all when "
+        "memory is null), and at least the policy's recent rounds."
     )
     processing: ProcessingMemory | None = Field(description="A newer summary still running.")
     last_sequence: int | None = Field(description="Sequence of the newest stored message.")
     memory_lag_messages: int = Field(
-        description="How many stored messages the memory does not cover (the gap's length)."
+        description="How many stored messages the newest summary does not cover."
     )
 
 
 class MemoryOut(BaseModel):
     memory_id: int
+    kind: str
     start_sequence: int
     end_sequence: int
+    start_round: int
+    end_round: int
+    input_start_sequence: int = Field(description="The first message the summarizer was given.")
     base_memory_id: int | None
     status: str
     created_at: datetime
@@ -114,6 +225,9 @@ class MemoryOut(BaseModel):
     error: str | None
     text: str
     base_end_seq: int | None
+    shown: bool = Field(
+        description="Whether the context shows it (completed and among the newest the policy shows)."
+    )
 
 
 class MemoriesOut(BaseModel):
@@ -131,7 +245,9 @@ class ConversationOut(BaseModel):
     conversation_id: str
     created_at: datetime
     metadata: dict[str, Any]
+    memory_policy: dict[str, Any] = Field(description="The resolved policy: its name and every parameter.")
     message_count: int
+    round_count: int
     memory_count: int | None = None
 
 

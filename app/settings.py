@@ -7,8 +7,11 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
+import orjson
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.memory.policies import POLICY_NAMES, ParameterDefaults, PolicyConfig, parse_config
 
 
 class SummarizerKind(StrEnum):
@@ -48,8 +51,13 @@ class Settings(BaseSettings):
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
     DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=60.0, ge=0)
 
+    MEMORY_POLICY: str = Field(
+        default="sliding_window",
+        description="The policy of conversations created without one: a name "
+        f"({', '.join(POLICY_NAMES)}) or a JSON object with the name and parameters.",
+    )
     MEMORY_ROLLING_WINDOW_SIZE: int = Field(default=14, ge=2, le=100_000)
-    MEMORY_SUMMARIZE_AFTER_SEQ: int = Field(default=5, ge=0)
+    MEMORY_SUMMARIZE_AFTER_SEQ: int = Field(default=5, ge=0, le=2**31 - 1)
     MEMORY_MODEL: str = Field(default="gpt-4.1-mini", min_length=1)
     MEMORY_SUMMARIZER: SummarizerKind = SummarizerKind.AUTO
     OPENAI_API_KEY: SecretStr | None = None
@@ -95,6 +103,12 @@ class Settings(BaseSettings):
             return None
         return normalize_database_url(value)
 
+    @field_validator("MEMORY_POLICY")
+    @classmethod
+    def _check_policy(cls, value: str) -> str:
+        _parse_policy_setting(value)
+        return value
+
     @field_validator("LOG_LEVEL")
     @classmethod
     def _check_level(cls, value: str) -> str:
@@ -110,6 +124,23 @@ class Settings(BaseSettings):
         if self.MEMORY_API_KEYS is not None:
             self.api_keys  # noqa: B018 - parse now so a bad value fails at start-up
         return self
+
+    @property
+    def default_policy(self) -> PolicyConfig:
+        """MEMORY_POLICY as a config; parameters it leaves out come from policy_defaults."""
+        return _parse_policy_setting(self.MEMORY_POLICY)
+
+    @property
+    def policy_defaults(self) -> ParameterDefaults:
+        """Deployment defaults of policy parameters (the sliding window's come from seed 004's
+        settings)."""
+        return {
+            "sliding_window": {
+                "window_size": self.MEMORY_ROLLING_WINDOW_SIZE,
+                "summarize_after_seq": self.MEMORY_SUMMARIZE_AFTER_SEQ,
+                "catch_up_on_completion": self.MEMORY_CATCH_UP_ON_COMPLETION,
+            }
+        }
 
     @property
     def summarizer_kind(self) -> SummarizerKind:
@@ -136,6 +167,21 @@ class Settings(BaseSettings):
                 )
             keys[key] = tenant
         return keys
+
+
+def _parse_policy_setting(value: str) -> PolicyConfig:
+    text = value.strip()
+    try:
+        parsed: object = orjson.loads(text) if text.startswith("{") else text
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    try:
+        return parse_config(parsed)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'name'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ValueError(f"invalid memory policy ({problems})") from None
 
 
 class SettingsError(RuntimeError):

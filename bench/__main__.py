@@ -6,8 +6,9 @@ OpenAI-compatible LLM, the service (uvicorn app.main:app --no-access-log) and a 
 their own processes, drives them from a separate load-generator process, prints a table and
 writes JSON to bench/results/.
 
-Scenarios: context (GET context on conversations of 10 / 1,000 / 100,000 messages), post (POST
-latency with a 0 s and a 2 s LLM), mixed (1,000 conversations, 50 clients, GET + POST rounds),
+Scenarios: context (GET context on conversations of 10 / 1,000 / 100,000 messages, per memory
+policy: sliding window and rolling blocks), post (POST latency with a 0 s and a 2 s LLM), mixed
+(1,000 conversations, 50 clients, GET + POST rounds),
 floor (a minimal Starlette + asyncpg app running the same SQL), tokens (context and LLM input
 size over 300 rounds against sending the full history).
 
@@ -108,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     sizes.add_argument("--duration", type=float, help="seconds per GET context run")
     sizes.add_argument("--warmup", type=float, help="warm-up seconds before each run")
     sizes.add_argument("--repeats", type=int, help="interleaved repeats of the GET context runs")
-    sizes.add_argument("--no-memory-history", action="store_true", help="seed only the latest memory row")
+    sizes.add_argument(
+        "--no-memory-history",
+        action="store_true",
+        help="seed only the memories the context shows (sliding window: the latest; rolling blocks: 3)",
+    )
     sizes.add_argument("--post-rate", type=float, help="POST requests per second")
     sizes.add_argument("--post-duration", type=float, help="seconds per POST run")
     sizes.add_argument("--slow-llm-latency", type=float, help="LLM latency of the slow POST run (s)")

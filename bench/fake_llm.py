@@ -31,7 +31,7 @@ from starlette.routing import Route
 _WINDOW = re.compile(r"from message #(\d+) to #(\d+)")
 _BUDGET = re.compile(r"at most (\d+) characters")
 _PREVIOUS = re.compile(r"<previous_summary[^>]*>\n?(.*?)\n?</previous_summary>", re.S)
-_MESSAGE = re.compile(r'<message seq="(\d+)" role="(\w+)">(.*?)</message>', re.S)
+_MESSAGE = re.compile(r'<message seq="(\d+)"(?: round="\d+")? role="(\w+)">(.*?)</message>', re.S)
 _LINE = re.compile(r"^#(\d+) ")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 

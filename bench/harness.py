@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import os
 import platform
 import shutil
@@ -28,7 +29,7 @@ from bench import wrk
 from bench.db import create_database, drop_database, new_database_name, redact
 from bench.procs import Child, launch, machine_busy_seconds, postgres_cpu_seconds
 from bench.scales import Scale
-from bench.seed import ConversationSeed, Seeder, vacuum_analyze
+from bench.seed import CONTEXT_PREFIXES, POLICIES, ConversationSeed, Seeder, vacuum_analyze
 from bench.textgen import rng_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +115,10 @@ class Bench:
         self.log_dir = self.results_dir / "logs" / self.run_id
         self.window_size = int(opts.service_env.get("MEMORY_ROLLING_WINDOW_SIZE", "14"))
         self.summarize_after_seq = int(opts.service_env.get("MEMORY_SUMMARIZE_AFTER_SEQ", "5"))
+        self.catch_up_on_completion = opts.service_env.get(
+            "MEMORY_CATCH_UP_ON_COMPLETION", "false"
+        ).strip().lower() in {"1", "true", "yes", "on"}
+        self.summary_max_chars = int(opts.service_env.get("MEMORY_SUMMARY_MAX_CHARS", "4000"))
         self.db_name = new_database_name()
         self.db_url = ""
         self.pool: asyncpg.Pool | None = None
@@ -270,11 +275,29 @@ class Bench:
 
     # ---- set-up and tear-down -----------------------------------------------------------------
 
+    @functools.cached_property
+    def seeder(self) -> Seeder:
+        """The seeder, with the policy parameters the service is started with (rolling blocks:
+        the policy's defaults)."""
+        return Seeder(
+            window_size=self.window_size,
+            summarize_after_seq=self.summarize_after_seq,
+            catch_up_on_completion=self.catch_up_on_completion,
+            max_chars=self.summary_max_chars,
+            history=self.scale.memory_history,
+        )
+
     def seeds(self) -> list[ConversationSeed]:
         chosen = set(self.opts.scenarios)
         seeds: list[ConversationSeed] = []
         if chosen & {"context", "floor"}:
-            seeds += [ConversationSeed(f"ctx-{n}", n, gap=4) for n in self.scale.context_sizes]
+            # Scenario 1 runs per policy: ctx-N (sliding window, a gap of 4 after the latest
+            # memory) and blocks-N (rolling blocks, every full block summarized).
+            seeds += [
+                ConversationSeed(f"{CONTEXT_PREFIXES[policy]}-{n}", n, gap=4, policy=policy)
+                for policy in POLICIES
+                for n in self.scale.context_sizes
+            ]
         if "post" in chosen:
             for prefix in ("post-fast", "post-slow"):
                 seeds += [
@@ -319,13 +342,8 @@ class Bench:
 
         t0 = time.perf_counter()
         self.pool = await asyncpg.create_pool(self.db_url, min_size=1, max_size=3)
-        seeder = Seeder(
-            window_size=self.window_size,
-            summarize_after_seq=self.summarize_after_seq,
-            history=self.scale.memory_history,
-        )
         async with self.db.acquire() as conn:
-            seeded = await seeder.seed(conn, self.seeds())
+            seeded = await self.seeder.seed(conn, self.seeds())
             await vacuum_analyze(conn)
         self.timings["seed_seconds"] = round(time.perf_counter() - t0, 2)
 

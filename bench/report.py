@@ -46,24 +46,44 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 1
     return "\n".join(lines)
 
 
+def _policies(section: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A context or floor section's results by memory policy (results written before policies:
+    the section itself, which was the sliding window's)."""
+    policies: dict[str, dict[str, Any]] | None = section.get("policies")
+    return policies if policies else {"sliding_window": section}
+
+
+def target_name(base: str, policy: str) -> str:
+    """Per-policy target names; the sliding window keeps the name it had before policies."""
+    return base if policy == "sliding_window" else f"{base}.{policy}"
+
+
 def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(targets, checks). Checks are correctness (errors, stuck rows) and always count."""
     res = doc["results"]
-    values: dict[str, Any] = {}
+    values: dict[str, tuple[str, str | None, Any]] = {}  # name -> (TARGETS key, policy, value)
     if "context" in res:
-        values["context_cost_ratio"] = res["context"]["cost_ratio"]
+        for policy, section in _policies(res["context"]).items():
+            name = target_name("context_cost_ratio", policy)
+            values[name] = ("context_cost_ratio", policy, section["cost_ratio"])
     if "post" in res:
-        values["post_p99_ratio"] = res["post"]["p99_ratio"]
-    if "floor" in res and "ratio" in res["floor"]:
-        values["floor_ratio"] = res["floor"]["ratio"]
+        values["post_p99_ratio"] = ("post_p99_ratio", None, res["post"]["p99_ratio"])
+    if "floor" in res:
+        for policy, section in _policies(res["floor"]).items():
+            if "ratio" in section:
+                values[target_name("floor_ratio", policy)] = ("floor_ratio", policy, section["ratio"])
     if "tokens" in res:
-        values["context_tokens_growth"] = res["tokens"]["context_growth"]
-        values["llm_input_growth"] = res["tokens"]["llm_input_growth"]
+        values["context_tokens_growth"] = ("context_tokens_growth", None, res["tokens"]["context_growth"])
+        values["llm_input_growth"] = ("llm_input_growth", None, res["tokens"]["llm_input_growth"])
     targets = []
-    for name, value in values.items():
-        op, limit, what = TARGETS[name]
+    for name, (key, of_policy, value) in values.items():
+        op, limit, what = TARGETS[key]
         ok = value is not None and (value <= limit if op == "<=" else value >= limit)
-        targets.append({"name": name, "value": value, "target": f"{op} {limit}", "pass": ok, "what": what})
+        entry = {"name": name, "value": value, "target": f"{op} {limit}", "pass": ok, "what": what}
+        if of_policy is not None:
+            entry["policy"] = of_policy
+            entry["what"] = f"{what} [{of_policy}]"
+        targets.append(entry)
 
     checks = []
 
@@ -72,8 +92,13 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
 
     for key in ("context", "floor"):
         if key in res:
-            errors = sum(s["errors"] for s in res[key]["sizes"].values())
+            cells = [cell for section in _policies(res[key]).values() for cell in section["sizes"].values()]
+            errors = sum(cell["errors"] for cell in cells)
             check(f"{key}: HTTP errors", errors, errors == 0)
+            # summaries, newest summary's end and raw messages as seeded, for every policy and size
+            wrong = sum(1 for cell in cells if cell.get("shape_ok") is False)
+            if any("shape_ok" in cell for cell in cells):
+                check(f"{key}: context shape as seeded (cells wrong)", wrong, wrong == 0)
     if "post" in res:
         for label, run in res["post"]["runs"].items():
             check(f"post ({label} LLM): HTTP errors", run["errors"], run["errors"] == 0)
@@ -104,57 +129,11 @@ def render(doc: dict[str, Any]) -> str:
     if "context" in res or "floor" in res:
         base = res.get("context") or res["floor"]
         out.append(
-            f"\n[1] GET context (closed loop, {base['concurrency']} connections, "
+            f"\n[1] GET context per memory policy (closed loop, {base['concurrency']} connections, "
             f"{base['repeats']} x {base['duration_seconds']:g}s after {base['warmup_seconds']:g}s "
             "warm-up, medians)"
         )
-        rows = []
-        for size in base["sizes"]:
-            s = res["context"]["sizes"][size] if "context" in res else None
-            f = res["floor"]["sizes"][size] if "floor" in res else None
-            rows.append(
-                [
-                    f"{int(size):,}",
-                    s["gap_messages"] if s else (f["gap_messages"] if f else None),
-                    s["p50_ms"] if s else None,
-                    s["p99_ms"] if s else None,
-                    s["throughput_rps"] if s else None,
-                    (s["cpu_cores"].get("service") if s else None),
-                    (s["cpu_cores"].get("postgres") if s else None),
-                    (s["cpu_cores"].get("machine") if s else None),
-                    f["p50_ms"] if f else None,
-                    f["throughput_rps"] if f else None,
-                    res["floor"].get("ratio_by_size", {}).get(size) if "floor" in res else None,
-                    res["context"]["explain"][size]["custom"]["execution_ms"] if "context" in res else None,
-                ]
-            )
-        out.append(
-            table(
-                [
-                    "messages",
-                    "gap",
-                    "p50 ms",
-                    "p99 ms",
-                    "req/s",
-                    "svc cores",
-                    "pg cores",
-                    "machine",
-                    "floor p50",
-                    "floor req/s",
-                    "ours/floor",
-                    "SQL ms",
-                ],
-                rows,
-                digits=2,
-            )
-        )
-        if "context" in res:
-            c = res["context"]
-            out.append(
-                f"  cost {c['largest']:,} vs {c['smallest']:,} messages (throughput ratio): "
-                f"{_fmt(c['cost_ratio'], 3)}"
-                f"   p50 ratio: {_fmt(c['p50_ratio'], 3)}"
-            )
+        out.extend(_render_context(res))
     if "post" in res:
         p = res["post"]
         out.append(
@@ -239,10 +218,20 @@ def render(doc: dict[str, Any]) -> str:
             f"{m['conversations_memory_behind_at_end']:,}; summary queue max waiting "
             f"{m['runner_max_waiting']}, max running {m['runner_max_running']}"
         )
-    if "floor" in res and "ratio" in res["floor"]:
+    floor_ratios = (
+        {
+            policy: section["ratio"]
+            for policy, section in _policies(res["floor"]).items()
+            if "ratio" in section
+        }
+        if "floor" in res
+        else {}
+    )
+    if floor_ratios:
         out.append(
-            f"\n[4] Floor (Starlette + asyncpg, same SQL): ours/floor throughput "
-            f"{_fmt(res['floor']['ratio'], 3)} (geometric mean over sizes; per size in table [1])"
+            "\n[4] Floor (Starlette + asyncpg, same SQL): ours/floor throughput (geometric mean over "
+            "sizes; per size in table [1]): "
+            + ", ".join(f"{policy} {_fmt(ratio, 3)}" for policy, ratio in floor_ratios.items())
         )
     if "tokens" in res:
         t = res["tokens"]
@@ -302,6 +291,72 @@ def render(doc: dict[str, Any]) -> str:
             out.append(f"  {count:>6} x {text}")
     out.append(f"\nTotal {meta.get('total_seconds')}s; timings {meta.get('timings')}")
     return "\n".join(out)
+
+
+def _render_context(res: dict[str, Any]) -> list[str]:
+    """Table [1]: one block of rows per policy, then its cost ratios."""
+    out: list[str] = []
+    context = _policies(res["context"]) if "context" in res else {}
+    floor = _policies(res["floor"]) if "floor" in res else {}
+    headers = [
+        "policy",
+        "messages",
+        "summ",
+        "raw",
+        "KiB",
+        "p50 ms",
+        "p99 ms",
+        "req/s",
+        "svc cores",
+        "pg cores",
+        "machine",
+        "floor p50",
+        "floor req/s",
+        "ours/floor",
+        "SQL ms",
+    ]
+    rows = []
+    for policy in context or floor:
+        c, f = context.get(policy), floor.get(policy)
+        explain = (c or f or {}).get("explain", {})
+        for size in (c or f or {})["sizes"]:
+            s = c["sizes"][size] if c else None
+            fl = f["sizes"][size] if f else None
+            shape = s or fl or {}
+            rows.append(
+                [
+                    policy,
+                    f"{int(size):,}",
+                    shape.get("summaries"),
+                    shape.get("gap_messages"),
+                    shape["bytes"] / 1024 if shape.get("bytes") is not None else None,
+                    s["p50_ms"] if s else None,
+                    s["p99_ms"] if s else None,
+                    s["throughput_rps"] if s else None,
+                    s["cpu_cores"].get("service") if s else None,
+                    s["cpu_cores"].get("postgres") if s else None,
+                    s["cpu_cores"].get("machine") if s else None,
+                    fl["p50_ms"] if fl else None,
+                    fl["throughput_rps"] if fl else None,
+                    f.get("ratio_by_size", {}).get(size) if f else None,
+                    explain.get(size, {}).get("custom", {}).get("execution_ms"),
+                ]
+            )
+    out.append(table(headers, rows, digits=2))
+    for policy, c in context.items():
+        line = (
+            f"  {policy}: cost {c['largest']:,} vs {c['smallest']:,} messages (throughput ratio) "
+            f"{_fmt(c['cost_ratio'], 3)}   p50 ratio {_fmt(c['p50_ratio'], 3)}"
+        )
+        if c.get("same_shape_base") is not None:
+            line += (
+                f"   same-shape cost {c['largest']:,} vs {c['same_shape_base']:,} "
+                f"{_fmt(c.get('cost_ratio_same_shape'), 3)}"
+            )
+        if policy in floor and floor[policy].get("ratio") is not None:
+            line += f"   ours/floor {_fmt(floor[policy]['ratio'], 3)}"
+        out.append(line)
+    return out
 
 
 def _pct(value: float | None) -> str:

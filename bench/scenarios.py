@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from app.repositories.memory import CONTEXT_SQL
+from bench.seed import CONTEXT_PREFIXES, POLICIES, SLIDING_WINDOW, ConversationSeed
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
 from bench.tokens import get_counter
@@ -84,14 +85,88 @@ async def _check_context(b: Bench, url: str, conversation_id: str) -> dict[str, 
     response.raise_for_status()
     body = response.json()
     return {
+        # the raw messages (for the sliding window, the gap after the memory)
         "gap_messages": len(body["messages"]),
+        "summaries": len(body.get("summaries", [])),
         "memory_end_sequence": body["memory"]["end_sequence"] if body["memory"] else None,
         "last_sequence": body["last_sequence"],
         "bytes": len(response.content),
     }
 
 
+def _conversation(policy: str, n: int) -> str:
+    return f"{CONTEXT_PREFIXES[policy]}-{n}"
+
+
+def _path(policy: str, n: int) -> str:
+    return f"/conversations/{_conversation(policy, n)}/context"
+
+
+def _with_shape(b: Bench, policy: str, n: int, cell: dict[str, Any]) -> dict[str, Any]:
+    """The measured cell with what the seeded conversation's context must look like."""
+    expected = b.seeder.expected_context(ConversationSeed(_conversation(policy, n), n, gap=4, policy=policy))
+    got = {
+        "summaries": cell["summaries"],
+        "memory_end_sequence": cell["memory_end_sequence"],
+        "raw_messages": cell["gap_messages"],
+    }
+    return {**cell, "expected": expected, "shape_ok": got == expected}
+
+
+def _policy_results(
+    b: Bench,
+    policy: str,
+    runs: dict[tuple[str, str, int], list[dict[str, Any]]],
+    shapes: dict[tuple[str, str, int], dict[str, Any]],
+    explain: dict[str, Any],
+    target: str,
+) -> dict[str, Any]:
+    """One policy's cells for one target (service or floor)."""
+    sizes_n = b.scale.context_sizes
+    smallest, largest = min(sizes_n), max(sizes_n)
+    sizes = {
+        str(n): _with_shape(
+            b, policy, n, {**_aggregate(runs[(policy, target, n)]), **shapes[(policy, target, n)]}
+        )
+        for n in sizes_n
+    }
+    thr_small = sizes[str(smallest)]["throughput_rps"]
+    thr_large = sizes[str(largest)]["throughput_rps"]
+    # The largest size against the smallest one whose context has the same shape (as many
+    # summaries and raw messages): history alone, without the response growing. None when only
+    # the largest has its shape (e.g. rolling blocks below three full blocks).
+    same = [
+        n
+        for n in sizes_n
+        if n != largest
+        and (sizes[str(n)]["summaries"], sizes[str(n)]["gap_messages"])
+        == (sizes[str(largest)]["summaries"], sizes[str(largest)]["gap_messages"])
+    ]
+    same_base = min(same) if same else None
+    thr_same = sizes[str(same_base)]["throughput_rps"] if same_base is not None else None
+    return {
+        "policy": policy,
+        "conversation_prefix": CONTEXT_PREFIXES[policy],
+        "sizes": sizes,
+        "smallest": smallest,
+        "largest": largest,
+        # cost = 1 / throughput at saturation (server time per request)
+        "cost_ratio": round(thr_small / thr_large, 3) if thr_large else None,
+        "p50_ratio": (
+            round(sizes[str(largest)]["p50_ms"] / sizes[str(smallest)]["p50_ms"], 3)
+            if sizes[str(smallest)]["p50_ms"] and sizes[str(largest)]["p50_ms"] is not None
+            else None
+        ),
+        "same_shape_base": same_base,
+        "cost_ratio_same_shape": round(thr_same / thr_large, 3) if thr_same and thr_large else None,
+        "explain": explain,
+    }
+
+
 async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> dict[str, Any]:
+    """GET context per memory policy (ctx-N: sliding window, blocks-N: rolling blocks) at every
+    size, against the service and the floor app. The top-level keys of "context" and "floor"
+    are the sliding window's (the shape before policies); "policies" holds every policy's."""
     scale = b.scale
     targets = []
     if with_context:
@@ -99,18 +174,21 @@ async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> d
     if with_floor:
         assert b.floor is not None
         targets.append(b.floor)
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    shapes: dict[str, dict[str, Any]] = {}
-    for n in scale.context_sizes:
-        for target in targets:
-            shapes[f"{target.name}:{n}"] = await _check_context(b, target.base_url, f"ctx-{n}")
+    runs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    shapes: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for policy in POLICIES:
+        for n in scale.context_sizes:
+            for target in targets:
+                shapes[(policy, target.name, n)] = await _check_context(
+                    b, target.base_url, _conversation(policy, n)
+                )
     # Prime each fresh process (connections, prepared statements, lazy imports) on every size,
     # unrecorded, so the first measured cell is not the cold one.
     for target in targets:
         await b.run_load(
             {
                 "kind": "get",
-                "paths": [f"/conversations/ctx-{n}/context" for n in scale.context_sizes],
+                "paths": [_path(policy, n) for policy in POLICIES for n in scale.context_sizes],
                 "concurrency": scale.context_concurrency,
                 "warmup_seconds": 0,
                 "duration_seconds": max(1.0, 2 * scale.warmup_seconds),
@@ -118,23 +196,27 @@ async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> d
             target=target,
             label=f"context-{target.name}-prime",
         )
-    # Interleaved repeats (size x target), so drift in the machine hits every cell alike.
+    # Interleaved repeats (policy x size x target), so drift in the machine hits every cell alike.
     for rep in range(scale.repeats):
-        for n in scale.context_sizes:
-            for target in targets:
-                result = await b.run_load(
-                    {
-                        "kind": "get",
-                        "paths": [f"/conversations/ctx-{n}/context"],
-                        "concurrency": scale.context_concurrency,
-                        "warmup_seconds": scale.warmup_seconds,
-                        "duration_seconds": scale.duration_seconds,
-                    },
-                    target=target,
-                    label=f"context-{target.name}-{n}-{rep}",
-                )
-                runs[(target.name, n)].append(result)
-    explain = {str(n): await _explain(b, f"ctx-{n}") for n in scale.context_sizes}
+        for policy in POLICIES:
+            for n in scale.context_sizes:
+                for target in targets:
+                    result = await b.run_load(
+                        {
+                            "kind": "get",
+                            "paths": [_path(policy, n)],
+                            "concurrency": scale.context_concurrency,
+                            "warmup_seconds": scale.warmup_seconds,
+                            "duration_seconds": scale.duration_seconds,
+                        },
+                        target=target,
+                        label=f"context-{target.name}-{CONTEXT_PREFIXES[policy]}-{n}-{rep}",
+                    )
+                    runs[(policy, target.name, n)].append(result)
+    explain = {
+        policy: {str(n): await _explain(b, _conversation(policy, n)) for n in scale.context_sizes}
+        for policy in POLICIES
+    }
     common = {
         "concurrency": scale.context_concurrency,
         "repeats": scale.repeats,
@@ -142,47 +224,32 @@ async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> d
         "warmup_seconds": scale.warmup_seconds,
     }
     out: dict[str, Any] = {}
-    smallest, largest = min(scale.context_sizes), max(scale.context_sizes)
     if with_context:
-        sizes = {
-            str(n): {**_aggregate(runs[("service", n)]), **shapes[f"service:{n}"]}
-            for n in scale.context_sizes
+        per_policy = {
+            policy: _policy_results(b, policy, runs, shapes, explain[policy], "service")
+            for policy in POLICIES
         }
-        thr_small = sizes[str(smallest)]["throughput_rps"]
-        thr_large = sizes[str(largest)]["throughput_rps"]
-        out["context"] = {
-            **common,
-            "sizes": sizes,
-            "smallest": smallest,
-            "largest": largest,
-            # cost = 1 / throughput at saturation (server time per request)
-            "cost_ratio": round(thr_small / thr_large, 3) if thr_large else None,
-            "p50_ratio": (
-                round(sizes[str(largest)]["p50_ms"] / sizes[str(smallest)]["p50_ms"], 3)
-                if sizes[str(smallest)]["p50_ms"]
-                else None
-            ),
-            "explain": explain,
-        }
+        out["context"] = {**common, **per_policy[SLIDING_WINDOW], "policies": per_policy}
     if with_floor:
-        floor_sizes = {
-            str(n): {**_aggregate(runs[("floor", n)]), **shapes[f"floor:{n}"]} for n in scale.context_sizes
-        }
-        floor: dict[str, Any] = {**common, "sizes": floor_sizes}
-        if with_context:
-            ratios = {
-                str(n): round(
-                    out["context"]["sizes"][str(n)]["throughput_rps"] / floor_sizes[str(n)]["throughput_rps"],
-                    3,
-                )
-                for n in scale.context_sizes
-                if floor_sizes[str(n)]["throughput_rps"]
-            }
-            floor["ratio_by_size"] = ratios
-            floor["ratio"] = round(geomean(list(ratios.values())), 3) if ratios else None
-        if not with_context:
-            floor["explain"] = explain
-        out["floor"] = floor
+        floor_policies: dict[str, Any] = {}
+        for policy in POLICIES:
+            floor_sizes = _policy_results(b, policy, runs, shapes, explain[policy], "floor")["sizes"]
+            entry: dict[str, Any] = {"policy": policy, "sizes": floor_sizes}
+            if with_context:
+                service_sizes = out["context"]["policies"][policy]["sizes"]
+                ratios = {
+                    str(n): round(
+                        service_sizes[str(n)]["throughput_rps"] / floor_sizes[str(n)]["throughput_rps"], 3
+                    )
+                    for n in scale.context_sizes
+                    if floor_sizes[str(n)]["throughput_rps"]
+                }
+                entry["ratio_by_size"] = ratios
+                entry["ratio"] = round(geomean(list(ratios.values())), 3) if ratios else None
+            else:
+                entry["explain"] = explain[policy]
+            floor_policies[policy] = entry
+        out["floor"] = {**common, **floor_policies[SLIDING_WINDOW], "policies": floor_policies}
     return out
 
 

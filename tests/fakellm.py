@@ -2,7 +2,9 @@
 
 The service's real ``openai`` client talks to it over loopback. A test can hold calls (they wait
 until released), fail them with a status code (and Retry-After), or let them answer at once.
-Each answer names the window it was asked for, so tests can check what the service sent.
+It answers any prompt: what a call is for comes from the service's ``X-Memory-Job`` header (the
+memory row, its kind and range), never from the prompt's prose, and each answer names the range
+it was asked for, so tests can check what the service sent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-_WINDOW = re.compile(r"window from message #(\d+) to #(\d+)")
+from app.memory.llm import JOB_HEADER
+
 _SEQ = re.compile(r'<message seq="(\d+)"')
 
 
@@ -24,6 +27,7 @@ class Call:
     """One chat-completions request the server received."""
 
     body: dict[str, Any]
+    job: dict[str, Any]
     released: threading.Event = field(default_factory=threading.Event)
     status: int = 200
     retry_after: str | None = None
@@ -39,9 +43,12 @@ class Call:
 
     @property
     def window(self) -> tuple[int, int]:
-        match = _WINDOW.search(self.system)
-        assert match, self.system
-        return int(match.group(1)), int(match.group(2))
+        """The (start, end) sequences of the memory row the call is for."""
+        return int(self.job["start_sequence"]), int(self.job["end_sequence"])
+
+    @property
+    def memory_id(self) -> int:
+        return int(self.job["memory_id"])
 
     @property
     def message_sequences(self) -> list[int]:
@@ -75,7 +82,7 @@ class FakeLLM:
                 if not self.path.endswith("/chat/completions"):
                     self._reply(404, {"error": {"message": "not found"}})
                     return
-                call = fake._register(body)
+                call = fake._register(body, json.loads(self.headers.get(JOB_HEADER, "{}")))
                 call.released.wait(timeout=120)
                 if fake.latency_seconds:
                     time.sleep(fake.latency_seconds)
@@ -87,8 +94,10 @@ class FakeLLM:
                         headers,
                     )
                     return
-                start, end = call.window
-                text = call.answer or f"Summary of messages #{start}-#{end}."
+                text = call.answer
+                if text is None:
+                    start, end = call.job.get("start_sequence", "?"), call.job.get("end_sequence", "?")
+                    text = f"Summary of messages #{start}-#{end}."
                 self._reply(200, _completion(body.get("model", "fake"), text))
 
             def _reply(
@@ -134,9 +143,9 @@ class FakeLLM:
         with self._cond:
             self._failures.extend(_Failure(status, retry_after) for _ in range(count))
 
-    def _register(self, body: dict[str, Any]) -> Call:
+    def _register(self, body: dict[str, Any], job: dict[str, Any]) -> Call:
         with self._cond:
-            call = Call(body=body)
+            call = Call(body=body, job=job)
             if self._failures:
                 failure = self._failures.pop(0)
                 call.status, call.retry_after = failure.status, failure.retry_after

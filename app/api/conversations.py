@@ -8,14 +8,17 @@ from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
 from app.errors import PayloadTooLarge
+from app.repositories.messages import NewMessage
 from app.schemas import (
     CONVERSATION_ID_PATTERN,
     AppendMessagesIn,
     AppendMessagesOut,
     ConversationOut,
     ConversationsPageOut,
+    CreateConversationIn,
     ErrorOut,
     MessagesPageOut,
+    content_chars,
 )
 
 router = APIRouter(tags=["conversations"])
@@ -47,28 +50,48 @@ async def append_messages(
         ),
     ] = None,
 ) -> dict[str, Any]:
-    """Store a round (usually a user and an assistant message) and maybe start a summary."""
+    """Store a round (usually a user and an assistant message) and maybe start a summary.
+    Creates the conversation on first use, with the deployment's default policy."""
     if len(body.messages) > settings.MEMORY_MAX_MESSAGES_PER_REQUEST:
         raise PayloadTooLarge(
             f"at most {settings.MEMORY_MAX_MESSAGES_PER_REQUEST} messages per request, "
             f"got {len(body.messages)}"
         )
     for index, message in enumerate(body.messages):
-        if len(message.content) > settings.MEMORY_MAX_MESSAGE_CHARS:
+        size = content_chars(message.content)
+        if size > settings.MEMORY_MAX_MESSAGE_CHARS:
             raise PayloadTooLarge(
-                f"messages[{index}].content has {len(message.content)} characters; "
+                f"messages[{index}].content has {size} characters; "
                 f"the limit is {settings.MEMORY_MAX_MESSAGE_CHARS}"
             )
     result = await service.append_messages(
         tenant_id=tenant,
         conversation_id=conversation_id,
-        items=[(m.role, m.content) for m in body.messages],
+        items=[NewMessage(role=m.role, content=m.content, metadata=m.metadata) for m in body.messages],
         metadata=body.metadata,
         idempotency_key=idempotency_key,
     )
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result.body
+
+
+@router.post(
+    "/conversations",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ConversationOut,
+    responses={409: {"model": ErrorOut, "description": "The conversation id is taken"}},
+)
+async def create_conversation(
+    body: CreateConversationIn, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Create a conversation with a memory policy (every parameter resolved in the answer)."""
+    return await service.create_conversation(
+        tenant_id=tenant,
+        conversation_id=body.conversation_id,
+        memory_policy=body.memory_policy,
+        metadata=body.metadata,
+    )
 
 
 @router.get("/conversations/{conversation_id}/messages", response_model=MessagesPageOut)

@@ -1,5 +1,6 @@
-"""MemoryService: the rules. Stores rounds, decides (through the policy) when to summarize,
-runs summaries in the background and serves the context. SQL lives in app.repositories."""
+"""MemoryService: the rules. Stores rounds, asks the conversation's policy when to summarize,
+runs summaries in the background and serves the context. SQL lives in app.repositories; what
+each policy decides lives in app.memory.policies, and nothing here names a policy."""
 
 from __future__ import annotations
 
@@ -16,10 +17,20 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import Conflict, NotFound
-from app.memory.policy import MemoryPolicy
+from app.memory.llm import ChatModel
+from app.memory.policies import (
+    MemoryPolicy,
+    ParameterDefaults,
+    PolicyConfig,
+    build_policy,
+    load_policy,
+    policy_dump,
+    resolve,
+)
 from app.memory.runner import SummaryRunner
-from app.memory.summarizers import Summarizer, SummaryRequest
+from app.memory.types import ConversationState, SummaryJob, SummaryPlan, Trigger
 from app.repositories import conversations, idempotency, memory, messages
+from app.repositories.messages import NewMessage
 
 logger = logging.getLogger("app.memory")
 
@@ -30,15 +41,16 @@ class AppendResult:
     replayed: bool
 
 
-def _memory_started(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
+def _memory_started(row: dict[str, Any]) -> dict[str, Any]:
     return {
         k: row[k]
         for k in (
             "memory_id",
+            "kind",
             "start_sequence",
             "end_sequence",
+            "start_round",
+            "end_round",
             "base_memory_id",
             "status",
             "created_at",
@@ -52,22 +64,25 @@ class MemoryService:
         *,
         engine: AsyncEngine,
         read_pool: asyncpg.Pool,
-        policy: MemoryPolicy,
-        summarizer: Summarizer,
+        model: ChatModel | None,
+        default_policy: PolicyConfig,
+        parameter_defaults: ParameterDefaults,
+        summary_max_chars: int,
         lease_seconds: float,
         idempotency_ttl_hours: float,
-        catch_up_on_completion: bool,
         max_concurrent: int,
         max_pending: int,
         maintenance_interval: float,
     ) -> None:
         self.engine = engine
         self.read_pool = read_pool
-        self.policy = policy
-        self.summarizer = summarizer
+        self.model = model
+        self.parameter_defaults = parameter_defaults
+        self.default_policy = build_policy(resolve(default_policy, parameter_defaults))
+        self.default_policy_json = policy_dump(self.default_policy.config)
+        self.summary_max_chars = summary_max_chars
         self.lease_seconds = lease_seconds
         self.idempotency_ttl_hours = idempotency_ttl_hours
-        self.catch_up_on_completion = catch_up_on_completion
         self.runner = SummaryRunner(
             work=self.summarize,
             maintenance=self.maintain,
@@ -76,6 +91,40 @@ class MemoryService:
             maintenance_interval=min(maintenance_interval, lease_seconds / 3),
         )
 
+    @property
+    def summarizer_name(self) -> str:
+        return self.model.name if self.model is not None else "offline"
+
+    # ---- conversations ------------------------------------------------------------------
+
+    async def create_conversation(
+        self,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        memory_policy: PolicyConfig | None,
+        metadata: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Create an empty conversation with its policy resolved (every parameter filled in from
+        the request, else the deployment defaults); 409 when the id is taken."""
+        policy = (
+            self.default_policy
+            if memory_policy is None
+            else build_policy(resolve(memory_policy, self.parameter_defaults))
+        )
+        async with self.engine.begin() as conn:
+            row = await conversations.create(
+                conn,
+                conversation_id=conversation_id,
+                tenant_id=tenant_id,
+                metadata=metadata,
+                memory_policy=policy_dump(policy.config),
+                context=policy.context,
+            )
+        if row is None:
+            raise Conflict(f"conversation {conversation_id!r} already exists")
+        return row
+
     # ---- write path -------------------------------------------------------------------
 
     async def append_messages(
@@ -83,15 +132,15 @@ class MemoryService:
         *,
         tenant_id: str,
         conversation_id: str,
-        items: Sequence[tuple[str, str]],
+        items: Sequence[NewMessage],
         metadata: dict[str, Any] | None,
         idempotency_key: str | None,
     ) -> AppendResult:
-        """Store a round atomically, then start a summary when the policy says so.
+        """Store a round atomically, then start a summary when the conversation's policy says so.
 
-        Everything happens in one transaction: the sequence range, the messages, the
-        idempotency record and the 'processing' row commit together or not at all. The task is
-        scheduled only after commit, so it always finds its row.
+        Everything happens in one transaction: the round and its sequence range, the messages,
+        the idempotency record and the 'processing' row commit together or not at all. The task
+        is scheduled only after commit, so it always finds its row.
         """
         # (key, hash of the body), computed only when the client sent a key.
         idempotency_pair = (
@@ -100,44 +149,56 @@ class MemoryService:
             else (
                 idempotency_key,
                 hashlib.sha256(
-                    orjson.dumps({"items": list(items), "metadata": metadata}, option=orjson.OPT_SORT_KEYS)
+                    orjson.dumps(
+                        {"items": [[m.role, m.content, m.metadata] for m in items], "metadata": metadata},
+                        option=orjson.OPT_SORT_KEYS,
+                    )
                 ).hexdigest(),
             )
         )
         async with self.engine.begin() as conn:
-            allocated = await conversations.allocate_sequences(
+            allocated = await conversations.allocate_round(
                 conn,
                 conversation_id=conversation_id,
                 tenant_id=tenant_id,
                 count=len(items),
                 metadata=metadata,
+                default_policy=self.default_policy_json,
+                default_context=self.default_policy.context,
             )
             if allocated is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
-            first_sequence, created = allocated
             if idempotency_pair is not None:
                 stored = await idempotency.get(conn, conversation_id=conversation_id, key=idempotency_pair[0])
                 if stored is not None:
-                    await conn.rollback()  # give back the sequence range reserved above
+                    await conn.rollback()  # give back the round and sequence range reserved above
                     if stored["request_hash"] != idempotency_pair[1]:
                         raise Conflict("Idempotency-Key was already used with a different request body")
                     return AppendResult(body=stored["response"], replayed=True)
-            stored_messages = await messages.insert_many(
+            stored_messages = await messages.insert_round(
                 conn,
                 conversation_id=conversation_id,
-                first_sequence=first_sequence,
+                round=allocated.round,
+                first_sequence=allocated.first_sequence,
                 items=items,
             )
-            started = await self._maybe_start_summary(
+            policy = load_policy(allocated.memory_policy)
+            state = await self._observe(
                 conn,
                 conversation_id=conversation_id,
-                last_saved_seq=first_sequence + len(items) - 1,
+                policy=policy,
+                last_sequence=allocated.first_sequence + len(items) - 1,
+                last_round=allocated.round,
+            )
+            started = await self._start(
+                conn, conversation_id=conversation_id, plan=policy.plan(state, Trigger.ROUND_END)
             )
             body = {
                 "conversation_id": conversation_id,
-                "created": created,
+                "created": allocated.created,
+                "round": allocated.round,
                 "messages": stored_messages,
-                "memory": _memory_started(started),
+                "memory": None if started is None else _memory_started(started),
             }
             if idempotency_pair is not None:
                 await idempotency.put(
@@ -151,14 +212,42 @@ class MemoryService:
             self.runner.submit(started["memory_id"])
         return AppendResult(body=body, replayed=False)
 
-    async def _maybe_start_summary(
-        self, conn: AsyncConnection, *, conversation_id: str, last_saved_seq: int
+    async def _observe(
+        self,
+        conn: AsyncConnection,
+        *,
+        conversation_id: str,
+        policy: MemoryPolicy,
+        last_sequence: int,
+        last_round: int,
+    ) -> ConversationState:
+        """What the policy may see, read in the caller's transaction."""
+        latest, newest = await memory.newest_refs(conn, conversation_id=conversation_id)
+        starts = (
+            await messages.round_starts(
+                conn,
+                conversation_id=conversation_id,
+                lookback=policy.lookback_messages,
+                last_sequence=last_sequence,
+            )
+            if policy.lookback_messages > 0
+            else ()
+        )
+        return ConversationState(
+            last_sequence=last_sequence,
+            last_round=last_round,
+            latest_completed=latest,
+            newest=newest,
+            round_starts=starts,
+        )
+
+    async def _start(
+        self, conn: AsyncConnection, *, conversation_id: str, plan: SummaryPlan | None
     ) -> dict[str, Any] | None:
-        latest = await memory.latest_completed(conn, conversation_id=conversation_id)
-        plan = self.policy.plan(last_saved_seq=last_saved_seq, latest_completed=latest)
+        """Insert the plan's 'processing' row (to submit after commit), unless there is no plan,
+        the runner is full, or another summary of the conversation is processing."""
         if plan is None:
-            if latest is not None and latest.end_sequence >= last_saved_seq:
-                logger.debug("No new messages to summarize for %s", conversation_id)
+            logger.debug("No new messages to summarize for %s", conversation_id)
             return None
         if not self.runner.has_capacity():
             logger.warning(
@@ -169,12 +258,7 @@ class MemoryService:
             )
             return None
         row = await memory.insert_processing(
-            conn,
-            conversation_id=conversation_id,
-            start_sequence=plan.start_sequence,
-            end_sequence=plan.end_sequence,
-            base_memory_id=plan.base_memory_id,
-            lease_seconds=self.lease_seconds,
+            conn, conversation_id=conversation_id, plan=plan, lease_seconds=self.lease_seconds
         )
         if row is None:
             logger.debug("Summarization already in progress for %s", conversation_id)
@@ -183,44 +267,50 @@ class MemoryService:
     # ---- background summary -------------------------------------------------------------
 
     async def summarize(self, memory_id: int) -> None:
-        """Seed 004's do_summarization for one 'processing' row; never raises."""
+        """Seed 004's do_summarization, for a row of any policy; never raises."""
         started = time.perf_counter()
         try:
             async with self.engine.connect() as conn:
                 row = await memory.get(conn, memory_id=memory_id)
                 if row is None or row["status"] != "processing":
                     return  # deleted with its conversation, or reaped meanwhile
+                conversation_id = row["conversation_id"]
+                position = await conversations.position(conn, conversation_id=conversation_id)
+                if position is None:
+                    return  # deleted meanwhile
                 base = (
                     await memory.get(conn, memory_id=row["base_memory_id"])
                     if row["base_memory_id"] is not None
                     else None
                 )
-                start = row["start_sequence"]
-                if base is not None:
-                    # Incremental: only the messages after the base memory, within the window.
-                    start = max(start, base["end_sequence"] + 1)
                 new_messages = await messages.between(
                     conn,
-                    conversation_id=row["conversation_id"],
-                    start=start,
+                    conversation_id=conversation_id,
+                    start=row["input_start_sequence"],
                     end=row["end_sequence"],
                 )
-            if row["start_sequence"] > 0:
-                logger.info(
-                    "Sliding window: dropping seq 0-%d for %s",
-                    row["start_sequence"] - 1,
-                    row["conversation_id"],
-                )
-            text = await self.summarizer.summarize(
-                SummaryRequest(
-                    conversation_id=row["conversation_id"],
-                    window_start=row["start_sequence"],
-                    window_end=row["end_sequence"],
-                    previous_summary=base["memory_text"] if base else None,
-                    previous_end=base["end_sequence"] if base else None,
-                    new_messages=new_messages,
-                )
+            policy = load_policy(position[2])
+            job = SummaryJob(
+                memory_id=memory_id,
+                conversation_id=conversation_id,
+                kind=row["kind"],
+                start_sequence=row["start_sequence"],
+                end_sequence=row["end_sequence"],
+                start_round=row["start_round"],
+                end_round=row["end_round"],
+                base_text=base["memory_text"] if base else None,
+                base_end_sequence=base["end_sequence"] if base else None,
+                messages=tuple(new_messages),
+                max_chars=self.summary_max_chars,
             )
+            if base is not None and row["start_sequence"] > 0:
+                logger.info(
+                    "Sliding window: dropping seq 0-%d for %s", row["start_sequence"] - 1, conversation_id
+                )
+            if self.model is None:
+                text = policy.fallback(job)
+            else:
+                text = await self.model.summarize(policy.prompt(job), job)
             if not text.strip():
                 raise ValueError("the summarizer returned an empty summary")
             elapsed_ms = int((time.perf_counter() - started) * 1000)
@@ -233,12 +323,11 @@ class MemoryService:
                     "Summarized messages %d-%d for %s in %dms",
                     row["start_sequence"],
                     row["end_sequence"],
-                    row["conversation_id"],
+                    conversation_id,
                     elapsed_ms,
                 )
                 logger.debug("Memory %d status updated to completed", memory_id)
-                if self.catch_up_on_completion:
-                    await self._catch_up(row["conversation_id"])
+                await self._after_completion(conversation_id)
             else:
                 logger.info("Memory %d was reaped or deleted meanwhile; result dropped", memory_id)
         except asyncio.CancelledError:
@@ -249,18 +338,25 @@ class MemoryService:
             logger.warning("Summary %d failed: %s", memory_id, reason)
             await self._mark_failed(memory_id, reason, started)
 
-    async def _catch_up(self, conversation_id: str) -> None:
-        """Ask the policy again now that a summary completed: rounds stored while it ran would
-        otherwise wait for the next POST, and a conversation that went quiet would keep a
-        growing gap."""
+    async def _after_completion(self, conversation_id: str) -> None:
+        """Ask the policy again now that a summary completed (trigger 'completed'): rounds stored
+        while it ran would otherwise wait for the next POST (a block boundary passed meanwhile,
+        or a sliding window with catch-up on)."""
         async with self.engine.begin() as conn:
-            last = await conversations.last_sequence(conn, conversation_id=conversation_id)
-            started = (
-                None
-                if last is None
-                else await self._maybe_start_summary(
-                    conn, conversation_id=conversation_id, last_saved_seq=last
-                )
+            position = await conversations.position(conn, conversation_id=conversation_id)
+            if position is None:
+                return
+            last_sequence, last_round, stored = position
+            policy = load_policy(stored)
+            state = await self._observe(
+                conn,
+                conversation_id=conversation_id,
+                policy=policy,
+                last_sequence=last_sequence,
+                last_round=last_round,
+            )
+            started = await self._start(
+                conn, conversation_id=conversation_id, plan=policy.plan(state, Trigger.COMPLETED)
             )
         if started is not None:
             self.runner.submit(started["memory_id"])
@@ -342,34 +438,36 @@ class MemoryService:
     # ---- ops ----------------------------------------------------------------------------
 
     async def summarize_now(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
-        """Start a summary over the window ending at the newest message, whatever the trigger
-        threshold says. 409 when one is already running or there is nothing new."""
+        """Start the summary the policy makes on request (trigger 'manual'): for the sliding
+        window, the window ending at the newest message whatever the threshold says. 409 when one
+        is already running or the policy has nothing to summarize."""
         async with self.engine.begin() as conn:
-            found = await conversations.get(conn, conversation_id=conversation_id, tenant_id=tenant_id)
-            if found is None:
+            if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):
                 raise NotFound(f"conversation {conversation_id!r} not found")
-            last = found["message_count"] - 1
-            latest = await memory.latest_completed(conn, conversation_id=conversation_id)
-            if last < 0 or (latest is not None and latest.end_sequence >= last):
-                raise Conflict("nothing new to summarize: the latest memory covers every message")
-            if not self.runner.has_capacity():
-                raise Conflict("the summary queue is full; try again later")
-            window = self.policy.plan(last_saved_seq=last, latest_completed=latest)
-            start = window.start_sequence if window else 0
-            row = await memory.insert_processing(
+            position = await conversations.position(conn, conversation_id=conversation_id)
+            if position is None:
+                raise Conflict("nothing to summarize: the conversation has no messages")
+            last_sequence, last_round, stored = position
+            policy = load_policy(stored)
+            state = await self._observe(
                 conn,
                 conversation_id=conversation_id,
-                start_sequence=start,
-                end_sequence=last,
-                base_memory_id=latest.memory_id if latest else None,
-                lease_seconds=self.lease_seconds,
+                policy=policy,
+                last_sequence=last_sequence,
+                last_round=last_round,
+            )
+            plan = policy.plan(state, Trigger.MANUAL)
+            if plan is None:
+                raise Conflict(policy.nothing_due(state))
+            if not self.runner.has_capacity():
+                raise Conflict("the summary queue is full; try again later")
+            row = await memory.insert_processing(
+                conn, conversation_id=conversation_id, plan=plan, lease_seconds=self.lease_seconds
             )
             if row is None:
                 raise Conflict("a summary is already processing for this conversation")
         self.runner.submit(row["memory_id"])
-        started = _memory_started(row)
-        assert started is not None
-        return started
+        return _memory_started(row)
 
     async def retry_memory(self, *, tenant_id: str, memory_id: int) -> dict[str, Any]:
         """Run a failed memory again (same window and base)."""
@@ -387,9 +485,7 @@ class MemoryService:
             raise Conflict(f"memory {memory_id} is {row}; only failed memories can be retried")
         assert isinstance(row, dict)
         self.runner.submit(row["memory_id"])
-        started = _memory_started(row)
-        assert started is not None
-        return started
+        return _memory_started(row)
 
     async def stuck(self, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:

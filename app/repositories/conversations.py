@@ -2,38 +2,59 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.memory.types import ContextSpec
+
 _ALLOCATE = text(
     """
-    INSERT INTO conversations AS c (conversation_id, tenant_id, metadata, next_sequence)
-    VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb), :count)
+    INSERT INTO conversations AS c (conversation_id, tenant_id, metadata, next_sequence, next_round,
+                                    memory_policy, context_summaries, context_recent_rounds)
+    VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb), :count, 1,
+            CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds)
     ON CONFLICT (conversation_id) DO UPDATE
         SET next_sequence = c.next_sequence + :count,
+            next_round = c.next_round + 1,
             metadata = c.metadata || CAST(:metadata AS jsonb)
         WHERE c.tenant_id = :tenant_id
-    RETURNING c.next_sequence - :count AS first_sequence, (xmax = 0) AS created
+    RETURNING c.next_sequence - :count AS first_sequence, c.next_round - 1 AS round,
+              (xmax = 0) AS created, c.memory_policy
     """
 )
 
 
-async def allocate_sequences(
+@dataclass(frozen=True, slots=True)
+class Allocated:
+    """The range a round got: its first sequence, its round number, whether the request created
+    the conversation, and the conversation's stored policy."""
+
+    first_sequence: int
+    round: int
+    created: bool
+    memory_policy: dict[str, Any]
+
+
+async def allocate_round(
     conn: AsyncConnection,
     *,
     conversation_id: str,
     tenant_id: str,
     count: int,
     metadata: dict[str, Any] | None,
-) -> tuple[int, bool] | None:
-    """Create the conversation if needed and reserve ``count`` sequence numbers.
+    default_policy: dict[str, Any],
+    default_context: ContextSpec,
+) -> Allocated | None:
+    """Create the conversation if needed (with the default policy) and reserve the next round
+    and ``count`` sequence numbers.
 
     One atomic statement: the row lock it takes serializes writers of the same conversation
     until commit, so ranges never overlap and never leave holes (a rolled-back request gives
-    its range back). Returns (first sequence, created) or None when another tenant owns the id.
+    its range back). Returns None when another tenant owns the id.
     """
     row = (
         await conn.execute(
@@ -43,23 +64,73 @@ async def allocate_sequences(
                 "tenant_id": tenant_id,
                 "count": count,
                 "metadata": orjson.dumps(metadata or {}).decode(),
+                "memory_policy": orjson.dumps(default_policy).decode(),
+                "context_summaries": default_context.summaries,
+                "context_recent_rounds": default_context.recent_rounds,
             },
         )
     ).one_or_none()
     if row is None:
         return None
-    return int(row.first_sequence), bool(row.created)
+    return Allocated(
+        first_sequence=int(row.first_sequence),
+        round=int(row.round),
+        created=bool(row.created),
+        memory_policy=row.memory_policy,
+    )
+
+
+_COLUMNS = """
+    c.conversation_id, c.created_at, c.metadata, c.memory_policy,
+    c.next_sequence AS message_count, c.next_round AS round_count,
+    (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS memory_count
+"""
+
+
+async def create(
+    conn: AsyncConnection,
+    *,
+    conversation_id: str,
+    tenant_id: str,
+    metadata: dict[str, Any] | None,
+    memory_policy: dict[str, Any],
+    context: ContextSpec,
+) -> dict[str, Any] | None:
+    """Create an empty conversation; None when the id is taken (by any tenant)."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH c AS (
+                    INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
+                                               context_summaries, context_recent_rounds)
+                    VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb),
+                            CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds)
+                    ON CONFLICT (conversation_id) DO NOTHING
+                    RETURNING *
+                )
+                SELECT {_COLUMNS} FROM c
+                """
+            ),
+            {
+                "conversation_id": conversation_id,
+                "tenant_id": tenant_id,
+                "metadata": orjson.dumps(metadata or {}).decode(),
+                "memory_policy": orjson.dumps(memory_policy).decode(),
+                "context_summaries": context.summaries,
+                "context_recent_rounds": context.recent_rounds,
+            },
+        )
+    ).one_or_none()
+    return None if row is None else dict(row._mapping)
 
 
 async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> dict[str, Any] | None:
     row = (
         await conn.execute(
             text(
-                """
-                SELECT c.conversation_id, c.created_at, c.metadata, c.next_sequence AS message_count,
-                       (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id)
-                           AS memory_count
-                FROM conversations c
+                f"""
+                SELECT {_COLUMNS} FROM conversations c
                 WHERE c.conversation_id = :conversation_id AND c.tenant_id = :tenant_id
                 """
             ),
@@ -69,13 +140,21 @@ async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) ->
     return None if row is None else dict(row._mapping)
 
 
-async def last_sequence(conn: AsyncConnection, *, conversation_id: str) -> int | None:
-    """Sequence of the newest message, None for an empty or deleted conversation."""
-    value = await conn.scalar(
-        text("SELECT next_sequence - 1 FROM conversations WHERE conversation_id = :conversation_id"),
-        {"conversation_id": conversation_id},
-    )
-    return None if value is None or value < 0 else int(value)
+async def position(conn: AsyncConnection, *, conversation_id: str) -> tuple[int, int, dict[str, Any]] | None:
+    """(last sequence, last round, stored policy) of a conversation; None when it is empty or
+    was deleted."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy "
+                "FROM conversations WHERE conversation_id = :conversation_id"
+            ),
+            {"conversation_id": conversation_id},
+        )
+    ).one_or_none()
+    if row is None or row.last_sequence < 0:
+        return None
+    return int(row.last_sequence), int(row.last_round), row.memory_policy
 
 
 async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
@@ -94,11 +173,8 @@ async def list_page(
     """Keyset pagination by conversation_id (stable under concurrent inserts)."""
     rows = await conn.execute(
         text(
-            """
-            SELECT c.conversation_id, c.created_at, c.metadata, c.next_sequence AS message_count,
-                   (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id)
-                       AS memory_count
-            FROM conversations c
+            f"""
+            SELECT {_COLUMNS} FROM conversations c
             WHERE tenant_id = :tenant_id AND (CAST(:after AS varchar) IS NULL OR conversation_id > :after)
             ORDER BY conversation_id
             LIMIT :limit

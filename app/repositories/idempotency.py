@@ -35,7 +35,7 @@ async def put(
     await conn.execute(
         text(
             "INSERT INTO idempotency_keys (conversation_id, idempotency_key, request_hash, response) "
-            "VALUES (:conversation_id, :key, :hash, CAST(:response AS jsonb))"
+            "VALUES (:conversation_id, :key, :hash, CAST(:response AS json))"
         ),
         {
             "conversation_id": conversation_id,

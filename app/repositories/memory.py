@@ -8,58 +8,76 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.memory.policy import MemoryRef
+from app.memory.types import MemoryRef, SummaryPlan
 
 _MEMORY_COLUMNS = (
-    "memory_id, conversation_id, memory_text, start_sequence, end_sequence, base_memory_id, "
-    "status, created_at, generation_time_ms, completed_at, lease_expires_at, attempts, error"
+    "memory_id, conversation_id, kind, memory_text, start_sequence, end_sequence, start_round, "
+    "end_round, input_start_sequence, base_memory_id, status, created_at, generation_time_ms, "
+    "completed_at, lease_expires_at, attempts, error"
 )
 
 
-async def latest_completed(conn: AsyncConnection, *, conversation_id: str) -> MemoryRef | None:
-    row = (
-        await conn.execute(
-            text(
-                """
-                SELECT memory_id, start_sequence, end_sequence FROM memory
-                WHERE conversation_id = :conversation_id AND status = 'completed'
-                ORDER BY end_sequence DESC, memory_id DESC
-                LIMIT 1
-                """
-            ),
-            {"conversation_id": conversation_id},
-        )
-    ).one_or_none()
-    if row is None:
-        return None
-    return MemoryRef(
-        memory_id=row.memory_id, start_sequence=row.start_sequence, end_sequence=row.end_sequence
-    )
+# The newest row of each status, each one index probe on idx_memory_conversation_status (an
+# ORDER BY over all statuses would read every row of the conversation).
+_NEWEST_BY_STATUS = " UNION ALL ".join(
+    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round
+        FROM memory WHERE conversation_id = :conversation_id AND status = '{status}'
+        ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
+    for status in ("completed", "processing", "failed")
+)
+
+
+async def newest_refs(
+    conn: AsyncConnection, *, conversation_id: str
+) -> tuple[MemoryRef | None, MemoryRef | None]:
+    """(the latest completed memory, the memory with the newest range whatever its status)."""
+    rows = await conn.execute(text(_NEWEST_BY_STATUS), {"conversation_id": conversation_id})
+    refs = [MemoryRef(**dict(r._mapping)) for r in rows]
+    latest = next((r for r in refs if r.status == "completed"), None)
+    newest = max(refs, key=lambda r: (r.end_sequence, r.memory_id), default=None)
+    return latest, newest
 
 
 async def insert_processing(
     conn: AsyncConnection,
     *,
     conversation_id: str,
-    start_sequence: int,
-    end_sequence: int,
-    base_memory_id: int | None,
+    plan: SummaryPlan,
     lease_seconds: float,
 ) -> dict[str, Any] | None:
-    """Insert the 'processing' row, or nothing when one already exists for the conversation.
+    """Insert the 'processing' row of ``plan``, or nothing when one already exists for the
+    conversation.
 
-    The partial unique index makes this the one place that decides, across replicas, who starts
-    the summary: the loser of a race gets None and starts no task. The NOT EXISTS pre-check only
-    spares a memory_id (a sequence value) in the common, race-free case, so ids stay consecutive.
+    The plan is in rounds; its sequences are looked up here (the first message of a round is the
+    one after the last message of the rounds before it), each a short backward scan of the
+    primary key from the newest message. The partial unique index makes this the one place that
+    decides, across replicas, who starts the summary: the loser of a race gets None and starts
+    no task. The NOT EXISTS pre-check only spares a memory_id (a sequence value) in the common,
+    race-free case, so ids stay consecutive.
     """
     row = (
         await conn.execute(
             text(
                 f"""
-                INSERT INTO memory (conversation_id, memory_text, start_sequence, end_sequence,
-                                    base_memory_id, status, lease_expires_at)
-                SELECT CAST(:conversation_id AS varchar), '', :start, :end, :base, 'processing',
+                WITH bounds AS (
+                    SELECT
+                        coalesce((SELECT sequence + 1 FROM messages
+                                  WHERE conversation_id = :conversation_id AND round < :start_round
+                                  ORDER BY sequence DESC LIMIT 1), 0) AS start_sequence,
+                        coalesce((SELECT sequence + 1 FROM messages
+                                  WHERE conversation_id = :conversation_id AND round < :input_round
+                                  ORDER BY sequence DESC LIMIT 1), 0) AS input_start_sequence,
+                        (SELECT sequence FROM messages
+                         WHERE conversation_id = :conversation_id AND round <= :end_round
+                         ORDER BY sequence DESC LIMIT 1) AS end_sequence
+                )
+                INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence,
+                                    start_round, end_round, input_start_sequence, base_memory_id,
+                                    status, lease_expires_at)
+                SELECT CAST(:conversation_id AS varchar), '', :kind, b.start_sequence, b.end_sequence,
+                       :start_round, :end_round, b.input_start_sequence, :base, 'processing',
                        now() + make_interval(secs => :lease)
+                FROM bounds b
                 WHERE NOT EXISTS (SELECT 1 FROM memory
                                   WHERE conversation_id = :conversation_id AND status = 'processing')
                 ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
@@ -68,9 +86,11 @@ async def insert_processing(
             ),
             {
                 "conversation_id": conversation_id,
-                "start": start_sequence,
-                "end": end_sequence,
-                "base": base_memory_id,
+                "kind": plan.kind,
+                "start_round": plan.start_round,
+                "end_round": plan.end_round,
+                "input_round": plan.input_start_round,
+                "base": plan.base_memory_id,
                 "lease": lease_seconds,
             },
         )
@@ -196,43 +216,68 @@ async def restart_failed(
 
 
 # GET /context in one round trip, with the whole response built by PostgreSQL as JSON: the
-# conversation (tenant-checked), its latest completed memory, the memory in flight, and the gap
-# (every message after the completed memory's end). The hot read path skips SQLAlchemy and
-# pydantic: it runs this on a plain asyncpg pool (app.db.create_read_pool).
+# conversation (tenant-checked), the newest K completed summaries its policy shows, the memory in
+# flight, and the raw messages. The hot read path skips SQLAlchemy and pydantic: it runs this on
+# a plain asyncpg pool (app.db.create_read_pool). bench/floor_app.py runs this same statement.
 # Plain asyncpg placeholders: $1 = conversation_id, $2 = tenant_id. Returns NULL for an unknown
-# conversation. bench/floor_app.py runs this same statement. The upper bound on the gap is
-# redundant for the result but gives the planner a tight row estimate (an index-only scan
-# instead of a bitmap scan costed near a sequential scan on long conversations).
+# conversation.
+#
+# The raw part starts at the earliest of: the message after the newest shown summary (nothing is
+# ever missing), the first message of the last R rounds (the policy's recent window), and the
+# first input message of the oldest failed summary newer than the oldest shown one (its range
+# would otherwise be in neither part; failed ranges come in order, so the oldest is the first in
+# idx_memory_conversation_status). Every lookup is an index probe, or a backward scan of the
+# primary key over the last R rounds, so the cost does not grow with history.
 CONTEXT_SQL = """
 WITH conv AS (
-    SELECT next_sequence FROM conversations
+    SELECT next_sequence, next_round, context_summaries, context_recent_rounds,
+           memory_policy ->> 'name' AS policy
+    FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
-), mem AS (
-    SELECT memory_id, memory_text AS text, start_sequence, end_sequence, base_memory_id,
-           created_at, completed_at, generation_time_ms
+), shown AS (
+    SELECT memory_id, kind, memory_text AS text, start_sequence, end_sequence, start_round,
+           end_round, base_memory_id, created_at, completed_at, generation_time_ms
     FROM memory
     WHERE conversation_id = $1 AND status = 'completed' AND EXISTS (SELECT 1 FROM conv)
     ORDER BY end_sequence DESC, memory_id DESC
-    LIMIT 1
+    LIMIT (SELECT context_summaries FROM conv)
 ), proc AS (
-    SELECT memory_id, start_sequence, end_sequence, base_memory_id, created_at
+    SELECT memory_id, kind, start_sequence, end_sequence, base_memory_id, created_at
     FROM memory
     WHERE conversation_id = $1 AND status = 'processing' AND EXISTS (SELECT 1 FROM conv)
-), gap AS (
-    SELECT sequence, role, content, created_at
+), bounds AS (
+    SELECT
+        coalesce((SELECT max(end_sequence) FROM shown), -1) AS newest_end,
+        least(
+            coalesce((SELECT max(end_sequence) FROM shown), -1) + 1,
+            coalesce((SELECT m.sequence + 1 FROM messages m
+                      WHERE m.conversation_id = $1
+                        AND m.round < (SELECT next_round - context_recent_rounds FROM conv)
+                      ORDER BY m.sequence DESC LIMIT 1), 0),
+            (SELECT f.input_start_sequence FROM memory f
+             WHERE f.conversation_id = $1 AND f.status = 'failed'
+               AND f.end_sequence > CASE
+                   WHEN (SELECT count(*) FROM shown) < (SELECT context_summaries FROM conv) THEN -1
+                   ELSE (SELECT min(end_sequence) FROM shown) END
+             ORDER BY f.end_sequence LIMIT 1)
+        ) AS raw_start
+), raw AS (
+    SELECT sequence, round, role, content, metadata, created_at
     FROM messages
     WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM conv)
-      AND sequence > coalesce((SELECT end_sequence FROM mem), -1)
-      AND sequence < (SELECT next_sequence FROM conv)
+      AND sequence >= (SELECT raw_start FROM bounds)
 )
 SELECT json_build_object(
     'conversation_id', $1::text,
-    'memory', (SELECT row_to_json(mem) FROM mem),
-    'messages', coalesce((SELECT json_agg(gap ORDER BY gap.sequence) FROM gap), '[]'::json),
+    'policy', (SELECT policy FROM conv),
+    'summaries', coalesce(
+        (SELECT json_agg(shown ORDER BY shown.end_sequence DESC, shown.memory_id DESC) FROM shown),
+        '[]'::json),
+    'memory', (SELECT row_to_json(shown) FROM shown ORDER BY end_sequence DESC, memory_id DESC LIMIT 1),
+    'messages', coalesce((SELECT json_agg(raw ORDER BY raw.sequence) FROM raw), '[]'::json),
     'processing', (SELECT row_to_json(proc) FROM proc),
     'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),
-    'memory_lag_messages',
-        (SELECT next_sequence FROM conv) - coalesce((SELECT end_sequence FROM mem) + 1, 0)
+    'memory_lag_messages', (SELECT next_sequence FROM conv) - (SELECT newest_end FROM bounds) - 1
 )::text
 WHERE EXISTS (SELECT 1 FROM conv)
 """
@@ -246,14 +291,19 @@ async def context_json(pool: asyncpg.Pool, *, conversation_id: str, tenant_id: s
 
 
 async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str, Any]]:
-    """Seed 004's version-chain query: every memory with its base's end sequence."""
+    """Seed 004's version-chain query: every memory with its base's end sequence, and whether the
+    context shows it (the newest K completed ones; older ones stay here for audit)."""
     rows = await conn.execute(
         text(
             """
-            SELECT m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status,
-                   m.created_at, m.completed_at, m.generation_time_ms, m.attempts, m.error,
-                   m.memory_text AS text, b.end_sequence AS base_end_seq
+            SELECT m.memory_id, m.kind, m.start_sequence, m.end_sequence, m.start_round, m.end_round,
+                   m.input_start_sequence, m.base_memory_id, m.status, m.created_at, m.completed_at,
+                   m.generation_time_ms, m.attempts, m.error, m.memory_text AS text,
+                   b.end_sequence AS base_end_seq,
+                   m.status = 'completed' AND count(*) FILTER (WHERE m.status = 'completed') OVER (
+                       ORDER BY m.end_sequence DESC, m.memory_id DESC) <= c.context_summaries AS shown
             FROM memory m
+            JOIN conversations c USING (conversation_id)
             LEFT JOIN memory b ON m.base_memory_id = b.memory_id
             WHERE m.conversation_id = :conversation_id
             ORDER BY m.end_sequence DESC, m.memory_id DESC

@@ -3,37 +3,56 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.memory.summarizers import Message
+from app.memory.types import Content, Message
+
+# Columns a message is returned with (the context read builds the same shape in SQL).
+_OUT = "sequence, round, role, content, metadata, created_at"
 
 
-async def insert_many(
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    role: str
+    content: Content
+    metadata: dict[str, Any] | None = None
+
+
+async def insert_round(
     conn: AsyncConnection,
     *,
     conversation_id: str,
+    round: int,
     first_sequence: int,
-    items: Sequence[tuple[str, str]],
+    items: Sequence[NewMessage],
 ) -> list[dict[str, Any]]:
-    """Insert (role, content) pairs with consecutive sequences in one round trip."""
+    """Insert one round's messages with consecutive sequences in one round trip.
+
+    Content goes in as JSON text and is stored as ``json`` (not jsonb), so objects come back
+    with the client's key order.
+    """
     rows = await conn.execute(
         text(
-            """
-            INSERT INTO messages (conversation_id, sequence, role, content)
-            SELECT :conversation_id, :first + t.ord - 1, t.role, t.content
-            FROM unnest(CAST(:roles AS varchar[]), CAST(:contents AS text[]))
-                 WITH ORDINALITY AS t(role, content, ord)
-            RETURNING sequence, role, content, created_at
+            f"""
+            INSERT INTO messages (conversation_id, sequence, round, role, content, metadata)
+            SELECT :conversation_id, :first + t.ord - 1, :round, t.role, t.content::json, t.metadata::json
+            FROM unnest(CAST(:roles AS varchar[]), CAST(:contents AS text[]), CAST(:metadata AS text[]))
+                 WITH ORDINALITY AS t(role, content, metadata, ord)
+            RETURNING {_OUT}
             """
         ),
         {
             "conversation_id": conversation_id,
             "first": first_sequence,
-            "roles": [role for role, _ in items],
-            "contents": [content for _, content in items],
+            "round": round,
+            "roles": [m.role for m in items],
+            "contents": [orjson.dumps(m.content).decode() for m in items],
+            "metadata": [None if m.metadata is None else orjson.dumps(m.metadata).decode() for m in items],
         },
     )
     return sorted((dict(r._mapping) for r in rows), key=lambda m: m["sequence"])
@@ -44,14 +63,37 @@ async def between(conn: AsyncConnection, *, conversation_id: str, start: int, en
     rows = await conn.execute(
         text(
             """
-            SELECT sequence, role, content FROM messages
+            SELECT sequence, round, role, content FROM messages
             WHERE conversation_id = :conversation_id AND sequence BETWEEN :start AND :end
             ORDER BY sequence
             """
         ),
         {"conversation_id": conversation_id, "start": start, "end": end},
     )
-    return [Message(sequence=r.sequence, role=r.role, content=r.content) for r in rows]
+    return [Message(sequence=r.sequence, round=r.round, role=r.role, content=r.content) for r in rows]
+
+
+async def round_starts(
+    conn: AsyncConnection, *, conversation_id: str, lookback: int, last_sequence: int
+) -> tuple[tuple[int, int], ...]:
+    """(round, first sequence) of every round that starts within the last ``lookback`` messages
+    (up to ``last_sequence``), oldest first. Reads at most ``lookback + 1`` rows."""
+    lowest = last_sequence - lookback + 1
+    rows = await conn.execute(
+        text(
+            """
+            SELECT round, sequence FROM (
+                SELECT round, sequence, lag(round) OVER (ORDER BY sequence) AS previous
+                FROM messages
+                WHERE conversation_id = :conversation_id AND sequence BETWEEN :lowest - 1 AND :last
+            ) AS t
+            WHERE sequence >= :lowest AND previous IS DISTINCT FROM round
+            ORDER BY sequence
+            """
+        ),
+        {"conversation_id": conversation_id, "lowest": lowest, "last": last_sequence},
+    )
+    return tuple((int(r.round), int(r.sequence)) for r in rows)
 
 
 async def page(
@@ -59,8 +101,8 @@ async def page(
 ) -> list[dict[str, Any]]:
     rows = await conn.execute(
         text(
-            """
-            SELECT sequence, role, content, created_at FROM messages
+            f"""
+            SELECT {_OUT} FROM messages
             WHERE conversation_id = :conversation_id AND sequence > :after
             ORDER BY sequence
             LIMIT :limit

@@ -67,7 +67,7 @@ def settings_for(database_url: str, llm: FakeLLM, **overrides: Any) -> Settings:
         "DATABASE_POOL_SIZE": 5,
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 class App:

@@ -70,20 +70,35 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert set(res) == SCENARIOS
     assert doc["checks"] and all(c["pass"] for c in doc["checks"]), doc["checks"]
     assert {t["name"] for t in doc["targets"]} == {
-        "context_cost_ratio",
+        "context_cost_ratio",  # the sliding window's (the name it had before policies)
+        "context_cost_ratio.rolling_blocks",
         "post_p99_ratio",
         "floor_ratio",
+        "floor_ratio.rolling_blocks",
         "context_tokens_growth",
         "llm_input_growth",
     }
 
-    # 1 + 4: every size served, by both apps, with a memory and a short gap
+    # 1 + 4: every size served, by both apps, with a memory and a short gap (the top-level
+    # sizes are the sliding window's)
     for key in ("context", "floor"):
         for size, cell in res[key]["sizes"].items():
             assert cell["requests"] > 0 and cell["errors"] == 0, (key, size, cell)
             assert cell["gap_messages"] == 4 and cell["memory_end_sequence"] == int(size) - 5
     assert res["context"]["cost_ratio"] > 0 and res["floor"]["ratio"] > 0
     assert res["context"]["explain"][str(res["context"]["largest"])]["custom"]["execution_ms"] is not None
+    # ... and per policy: every size served with the context its seeded conversation must have
+    for key in ("context", "floor"):
+        assert set(res[key]["policies"]) == {"sliding_window", "rolling_blocks"}
+        for policy, section in res[key]["policies"].items():
+            for size, cell in section["sizes"].items():
+                assert cell["requests"] > 0 and cell["errors"] == 0, (key, policy, size, cell)
+                assert cell["shape_ok"], (key, policy, size, cell)
+            assert section["ratio"] > 0 if key == "floor" else section["cost_ratio"] > 0
+    blocks = res["context"]["policies"]["rolling_blocks"]
+    largest = blocks["sizes"][str(blocks["largest"])]
+    assert largest["summaries"] == 3 and largest["gap_messages"] == 42  # 3 blocks + 21 rounds raw
+    assert blocks["explain"][str(blocks["largest"])]["custom"]["execution_ms"] is not None
 
     # 2: both LLM latencies measured; summaries ran in the background
     for run in res["post"]["runs"].values():

@@ -17,13 +17,22 @@ from tests.integration.servers import ServerProcess
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [
+        '{"name": "sliding_window", "window_size": 6, "summarize_after_seq": 1}',
+        '{"name": "rolling_blocks", "window": 2, "max_summaries": 2}',
+    ],
+    ids=["sliding_window", "rolling_blocks"],
+)
 async def test_concurrent_posts_from_two_processes(
-    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+    launch: Launch, llm: FakeLLM, db: asyncpg.Connection, policy: str
 ) -> None:
-    """Every message stored once, sequences unique and gap-free, each request contiguous, no 5xx,
-    at most one processing row per conversation at any instant, and a context that never skips."""
-    a = launch(MEMORY_ROLLING_WINDOW_SIZE="6", MEMORY_SUMMARIZE_AFTER_SEQ="1")
-    b = launch(MEMORY_ROLLING_WINDOW_SIZE="6", MEMORY_SUMMARIZE_AFTER_SEQ="1")
+    """Every message stored once, sequences and rounds unique and gap-free, each request
+    contiguous, no 5xx, at most one processing row per conversation at any instant, and a
+    context that never skips a message."""
+    a = launch(MEMORY_POLICY=policy)
+    b = launch(MEMORY_POLICY=policy)
     llm.latency_seconds = 0.01
     conversations = ["hot-0", "hot-1", "hot-2"]
     requests_per_conversation = 60
@@ -57,10 +66,15 @@ async def test_concurrent_posts_from_two_processes(
             assert seqs == list(range(seqs[0], seqs[0] + size)), seqs  # contiguous
         context = await client.get(f"/conversations/{cid}/context")
         ctx = context.json()
-        expected_start = ctx["memory"]["end_sequence"] + 1 if ctx["memory"] else 0
+        # The raw part starts at the latest right after the newest summary (earlier when the
+        # policy also shows recent rounds) and runs without a hole to the newest message.
+        latest_start = ctx["memory"]["end_sequence"] + 1 if ctx["memory"] else 0
         gap = [m["sequence"] for m in ctx["messages"]]
-        if gap != list(range(expected_start, expected_start + len(gap))) or (
-            gap and gap[-1] != ctx["last_sequence"]
+        first = gap[0] if gap else latest_start
+        if (
+            first > latest_start
+            or gap != list(range(first, first + len(gap)))
+            or (gap and gap[-1] != ctx["last_sequence"])
         ):
             skipped_context.append(f"{cid}: {gap}")
 
@@ -87,17 +101,42 @@ async def test_concurrent_posts_from_two_processes(
     expected_messages = sum(1 + i % 3 for i in range(requests_per_conversation))
     for cid in conversations:
         rows = await db.fetch(
-            "SELECT sequence, content FROM messages WHERE conversation_id = $1 ORDER BY sequence", cid
+            "SELECT sequence, round, content FROM messages WHERE conversation_id = $1 ORDER BY sequence",
+            cid,
         )
         assert [r["sequence"] for r in rows] == list(range(expected_messages))  # gap-free, unique
         assert len({r["content"] for r in rows}) == expected_messages  # each stored exactly once
+        # One round per request, numbered without gaps, each round's messages contiguous.
+        rounds = [r["round"] for r in rows]
+        assert sorted(set(rounds)) == list(range(requests_per_conversation))
+        assert rounds == sorted(rounds)
         assert (
             await db.fetchval("SELECT next_sequence FROM conversations WHERE conversation_id = $1", cid)
             == expected_messages
         )
+    if "rolling_blocks" in policy:
+        # Once the summaries drain, every full block has exactly one summary, in order, none
+        # overlapping (blocks of 2 rounds after the first of 3: rounds 0-2, 3-4, 5-6, ...).
+        expected_blocks = [(0, 2)] + [(s, s + 1) for s in range(3, requests_per_conversation - 1, 2)]
+
+        async def drained() -> bool:
+            for cid in conversations:
+                rows = await db.fetch(
+                    "SELECT status, start_round, end_round FROM memory WHERE conversation_id = $1 "
+                    "ORDER BY start_round",
+                    cid,
+                )
+                if [(r["start_round"], r["end_round"]) for r in rows] != expected_blocks:
+                    return False
+                if any(r["status"] != "completed" for r in rows):
+                    return False
+            return True
+
+        await eventually(drained, within=30, what="every full block to have one completed summary")
     print(
-        f"\nconcurrency: {sent} requests over 2 processes, {expected_messages * len(conversations)} "
-        f"messages, 0 lost, 0 duplicates, most processing rows at once per conversation: "
+        f"\nconcurrency ({policy}): {sent} requests over 2 processes, "
+        f"{expected_messages * len(conversations)} messages, 0 lost, 0 duplicates, "
+        f"most processing rows at once per conversation: "
         f"{max_processing_seen}"
     )
 

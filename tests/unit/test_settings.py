@@ -10,7 +10,7 @@ from app.settings import Settings, SettingsError, SummarizerKind, load_settings
 def test_seed_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("DATABASE_URL", "OPENAI_API_KEY", "MEMORY_SUMMARIZER"):
         monkeypatch.delenv(name, raising=False)
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     assert settings.MEMORY_ROLLING_WINDOW_SIZE == 14
     assert settings.MEMORY_SUMMARIZE_AFTER_SEQ == 5
     assert settings.MEMORY_MODEL == "gpt-4.1-mini"
@@ -23,11 +23,11 @@ def test_seed_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     ["postgresql://u@h:5432/db", "postgres://u@h:5432/db", "postgresql+asyncpg://u@h:5432/db"],
 )
 def test_database_url_forms(url: str) -> None:
-    assert Settings(_env_file=None, DATABASE_URL=url).DATABASE_URL == "postgresql+asyncpg://u@h:5432/db"  # type: ignore[call-arg]
+    assert Settings(_env_file=None, DATABASE_URL=url).DATABASE_URL == "postgresql+asyncpg://u@h:5432/db"
 
 
 def test_auto_summarizer_uses_openai_when_a_key_is_set() -> None:
-    settings = Settings(_env_file=None, OPENAI_API_KEY="sk-x")  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, OPENAI_API_KEY="sk-x")
     assert settings.summarizer_kind is SummarizerKind.OPENAI
 
 
@@ -40,6 +40,9 @@ def test_auto_summarizer_uses_openai_when_a_key_is_set() -> None:
         ("MEMORY_SUMMARIZER", "magic", "MEMORY_SUMMARIZER"),
         ("MEMORY_API_KEYS", "no-colon-here-at-all", "MEMORY_API_KEYS"),
         ("LOG_LEVEL", "LOUD", "LOG_LEVEL"),
+        ("MEMORY_POLICY", "fifo", "MEMORY_POLICY: .*does not match any of the expected tags"),
+        ("MEMORY_POLICY", '{"name": "rolling_blocks", "window": -1}', "MEMORY_POLICY: .*window"),
+        ("MEMORY_POLICY", '{"name": ', "MEMORY_POLICY: .*not valid JSON"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(
@@ -58,5 +61,13 @@ def test_openai_summarizer_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_api_keys_map_to_tenants() -> None:
-    settings = Settings(_env_file=None, MEMORY_API_KEYS="acme:0123456789abcdef, beta:fedcba9876543210")  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, MEMORY_API_KEYS="acme:0123456789abcdef, beta:fedcba9876543210")
     assert settings.api_keys == {"0123456789abcdef": "acme", "fedcba9876543210": "beta"}
+
+
+def test_default_policy_takes_seed_004_settings_as_sliding_window_defaults() -> None:
+    settings = Settings(_env_file=None, MEMORY_ROLLING_WINDOW_SIZE=20, MEMORY_POLICY="sliding_window")
+    assert settings.default_policy.name == "sliding_window"
+    assert settings.policy_defaults["sliding_window"]["window_size"] == 20
+    blocks = Settings(_env_file=None, MEMORY_POLICY='{"name": "rolling_blocks", "max_summaries": 5}')
+    assert blocks.default_policy.model_dump() == {"name": "rolling_blocks", "window": 21, "max_summaries": 5}

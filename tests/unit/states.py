@@ -1,0 +1,58 @@
+"""Building ConversationState values for policy tests: conversations of fixed-size rounds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.memory.types import ConversationState, MemoryRef
+
+
+def round_starts(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(round, first sequence) of every round, given each round's message count."""
+    starts, sequence = [], 0
+    for number, size in enumerate(sizes):
+        starts.append((number, sequence))
+        sequence += size
+    return starts
+
+
+def state(
+    sizes: Sequence[int],
+    *,
+    lookback: int,
+    latest: MemoryRef | None = None,
+    newest: MemoryRef | None = None,
+) -> ConversationState:
+    """The state after every round of ``sizes`` was stored, with the round starts a policy of
+    that lookback is given (the repository's round_starts)."""
+    last_sequence = sum(sizes) - 1
+    lowest = last_sequence - lookback + 1
+    return ConversationState(
+        last_sequence=last_sequence,
+        last_round=len(sizes) - 1,
+        latest_completed=latest,
+        newest=newest if newest is not None else latest,
+        round_starts=tuple((r, s) for r, s in round_starts(sizes) if lookback and s >= lowest),
+    )
+
+
+def ref(
+    memory_id: int,
+    start: int,
+    end: int,
+    *,
+    status: str = "completed",
+    kind: str = "window",
+    rounds: tuple[int, int] | None = None,
+) -> MemoryRef:
+    """A memory row; with two-message rounds its rounds follow from its sequences."""
+    start_round, end_round = rounds if rounds is not None else (start // 2, end // 2)
+    return MemoryRef(
+        memory_id=memory_id,
+        kind=kind,
+        status=status,
+        start_sequence=start,
+        end_sequence=end,
+        start_round=start_round,
+        end_round=end_round,
+    )
