@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     # Overflow connections are closed on return, so a pool smaller than the usual concurrency
     # churns connections (a TCP + auth handshake per request): size the pool, keep overflow small.
     DATABASE_POOL_SIZE: int = Field(default=20, ge=1, le=500)
+    # The plain asyncpg pool of the context read; a process opens at most
+    # DATABASE_POOL_SIZE + DATABASE_MAX_OVERFLOW + DATABASE_READ_POOL_SIZE connections.
+    DATABASE_READ_POOL_SIZE: int = Field(default=10, ge=1, le=500)
     DATABASE_MAX_OVERFLOW: int = Field(default=5, ge=0, le=500)
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
@@ -64,6 +67,11 @@ class Settings(BaseSettings):
     OPENAI_BASE_URL: str | None = None
     MEMORY_LLM_TIMEOUT_SECONDS: float = Field(default=60.0, gt=0)
     MEMORY_LLM_MAX_RETRIES: int = Field(default=3, ge=0, le=10)
+    # The whole call, retries included (MEMORY_LLM_TIMEOUT_SECONDS bounds each attempt's reads).
+    MEMORY_LLM_CALL_TIMEOUT_SECONDS: float = Field(default=180.0, gt=0)
+    # Circuit breaker: after this many consecutive failed calls, calls fail fast for a while.
+    MEMORY_LLM_BREAKER_FAILURES: int = Field(default=5, ge=1)
+    MEMORY_LLM_BREAKER_OPEN_SECONDS: float = Field(default=30.0, gt=0)
     MEMORY_SUMMARY_MAX_CHARS: int = Field(default=4000, ge=200)
 
     MEMORY_CATCH_UP_ON_COMPLETION: bool = Field(
@@ -81,6 +89,25 @@ class Settings(BaseSettings):
 
     MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1)
     MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
+    MEMORY_MAX_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    MEMORY_MAX_METADATA_BYTES: int = Field(default=16 * 1024, ge=256)
+    MEMORY_MAX_METADATA_KEYS: int = Field(default=256, ge=1)
+    MEMORY_MAX_CONTEXT_MESSAGES: int = Field(default=1000, ge=1)
+    MEMORY_MAX_CONTEXT_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    MEMORY_MAX_PAGE_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # A conversation whose summaries keep failing waits before the next try: base * 2^(n-1).
+    MEMORY_SUMMARY_BACKOFF_SECONDS: float = Field(default=30.0, ge=0)
+    MEMORY_SUMMARY_BACKOFF_MAX_SECONDS: float = Field(default=3600.0, ge=0)
+
+    # HTTP edge (applied by `memory-service serve`).
+    MEMORY_HEADER_TIMEOUT_SECONDS: float = Field(default=10.0, gt=0)
+    MEMORY_KEEPALIVE_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
+    MEMORY_MAX_CONNECTIONS: int = Field(default=1000, ge=1)
+    MEMORY_DOCS_PUBLIC: bool | None = Field(
+        default=None,
+        description="Serve /docs, /redoc and /openapi.json without an API key. Unset: only when "
+        "MEMORY_API_KEYS is unset.",
+    )
 
     MEMORY_API_KEYS: SecretStr | None = Field(
         default=None,
