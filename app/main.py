@@ -27,8 +27,10 @@ from app.db import (
     resolve_database_url,
 )
 from app.errors import AppError
+from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel
-from app.memory.service import MemoryService
+from app.memory.service import Limits, MemoryService
+from app.repositories.memory import Backoff
 from app.schemas import ErrorOut
 from app.settings import Settings, SummarizerKind, load_settings
 
@@ -73,6 +75,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_policy=settings.default_policy,
             parameter_defaults=settings.policy_defaults,
             summary_max_chars=settings.MEMORY_SUMMARY_MAX_CHARS,
+            limits=Limits(
+                max_context_messages=settings.MEMORY_MAX_CONTEXT_MESSAGES,
+                max_context_bytes=settings.MEMORY_MAX_CONTEXT_BYTES,
+                max_page_bytes=settings.MEMORY_MAX_PAGE_BYTES,
+                max_metadata_bytes=settings.MEMORY_MAX_METADATA_BYTES,
+                max_metadata_keys=settings.MEMORY_MAX_METADATA_KEYS,
+                read_acquire_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+            ),
+            backoff=Backoff(
+                base_seconds=settings.MEMORY_SUMMARY_BACKOFF_SECONDS,
+                max_seconds=settings.MEMORY_SUMMARY_BACKOFF_MAX_SECONDS,
+            ),
+            breaker=CircuitBreaker(
+                failures=settings.MEMORY_LLM_BREAKER_FAILURES,
+                open_seconds=settings.MEMORY_LLM_BREAKER_OPEN_SECONDS,
+            ),
             lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
             idempotency_ttl_hours=settings.MEMORY_IDEMPOTENCY_TTL_HOURS,
             max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,

@@ -43,6 +43,9 @@ conversations = Table(
     Column("memory_policy", JSONB, nullable=False),
     Column("context_summaries", Integer, nullable=False, server_default="1"),
     Column("context_recent_rounds", Integer, nullable=False, server_default="0"),
+    Column("summary_failures", Integer, nullable=False, server_default="0"),
+    Column("summary_retry_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("summary_failures >= 0", name="summary_failures"),
     CheckConstraint("context_summaries >= 1 AND context_recent_rounds >= 0", name="context"),
     Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
 )
@@ -61,11 +64,13 @@ messages = Table(
     Column("role", String(16), nullable=False),
     Column("content", JSON, nullable=False),
     Column("metadata", JSON, nullable=True),
+    Column("content_bytes", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "sequence", name="uq_messages_conversation_sequence"),
     CheckConstraint("role IN ('user', 'assistant', 'system', 'tool')", name="role"),
     CheckConstraint("sequence >= 0", name="sequence_non_negative"),
     CheckConstraint("round >= 0", name="round_non_negative"),
+    CheckConstraint("content_bytes >= 0", name="content_bytes_non_negative"),
 )
 
 memory = Table(

@@ -190,6 +190,17 @@ class ProcessingMemory(BaseModel):
     created_at: datetime
 
 
+class OmittedMessages(BaseModel):
+    start_sequence: int
+    end_sequence: int
+    count: int
+
+
+class SummaryBackoff(BaseModel):
+    failures: int = Field(description="Summaries that failed in a row.")
+    retry_at: datetime | None
+
+
 class ContextOut(BaseModel):
     conversation_id: str
     policy: str = Field(description="The conversation's memory policy.")
@@ -199,9 +210,16 @@ class ContextOut(BaseModel):
     memory: ContextSummary | None = Field(description="The newest of summaries (null when none).")
     messages: list[MessageOut] = Field(
         description="The raw part, oldest first: every message after memory.end_sequence (all when "
-        "memory is null), and at least the policy's recent rounds."
+        "memory is null), and at least the policy's recent rounds; capped to the newest "
+        "MEMORY_MAX_CONTEXT_MESSAGES messages and MEMORY_MAX_CONTEXT_BYTES (then truncated)."
     )
+    truncated: bool = Field(description="True when the caps left older raw messages out.")
+    omitted_messages: OmittedMessages | None = Field(description="The raw messages left out, if any.")
     processing: ProcessingMemory | None = Field(description="A newer summary still running.")
+    summary_backoff: SummaryBackoff | None = Field(
+        description="Set while the conversation's summaries keep failing: no summary starts "
+        "before retry_at (a manual one or a retry still can)."
+    )
     last_sequence: int | None = Field(description="Sequence of the newest stored message.")
     memory_lag_messages: int = Field(
         description="How many stored messages the newest summary does not cover."
@@ -244,16 +262,25 @@ class MessagesPageOut(BaseModel):
 class ConversationOut(BaseModel):
     conversation_id: str
     created_at: datetime
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] | None = Field(description="Null in listings unless include_metadata.")
     memory_policy: dict[str, Any] = Field(description="The resolved policy: its name and every parameter.")
     message_count: int
     round_count: int
+    summary_failures: int = Field(description="Summaries that failed in a row (0 once one completes).")
+    summary_retry_at: datetime | None = Field(description="No summary starts before this (backoff).")
     memory_count: int | None = None
 
 
 class ConversationsPageOut(BaseModel):
     conversations: list[ConversationOut]
     next_after: str | None = Field(description="Pass as after for the next page.")
+
+
+class FailingConversation(BaseModel):
+    conversation_id: str
+    summary_failures: int
+    summary_retry_at: datetime | None
+    last_error: str | None
 
 
 class StuckMemory(BaseModel):
@@ -294,6 +321,9 @@ class GenerationStats(BaseModel):
 
 class RunnerStats(BaseModel):
     accepting: bool
+    llm_circuit: str = Field(description="closed, open (no summary starts) or half_open.")
+    llm_consecutive_failures: int
+    llm_circuit_retry_in_seconds: float
     running: int
     waiting: int
     max_concurrent: int

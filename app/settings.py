@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     MEMORY_MAX_CONTEXT_MESSAGES: int = Field(default=1000, ge=1)
     MEMORY_MAX_CONTEXT_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
     MEMORY_MAX_PAGE_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
-    # A conversation whose summaries keep failing waits before the next try: base * 2^(n-1).
+    # A conversation whose summaries keep failing waits before the next try: after its n-th
+    # failure in a row (n >= 2), base * 2^(n-2), capped.
     MEMORY_SUMMARY_BACKOFF_SECONDS: float = Field(default=30.0, ge=0)
     MEMORY_SUMMARY_BACKOFF_MAX_SECONDS: float = Field(default=3600.0, ge=0)
 

@@ -20,9 +20,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 # The service's own statement, imported rather than copied so the two cannot drift.
-# $1 = conversation_id, $2 = tenant_id; NULL for an unknown conversation.
+# $1 = conversation_id, $2 = tenant_id, $3/$4 = the raw part's caps; NULL for an unknown conversation.
 from app.repositories.memory import CONTEXT_SQL
 from app.settings import Settings
+
+# The service's default caps on the raw part (messages, bytes), so both run the same plan.
+_DEFAULTS = Settings(_env_file=None)
+CONTEXT_LIMITS = (_DEFAULTS.MEMORY_MAX_CONTEXT_MESSAGES, _DEFAULTS.MEMORY_MAX_CONTEXT_BYTES)
 
 
 def _dsn() -> str:
@@ -47,7 +51,9 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 async def context(request: Request) -> Response:
     pool: asyncpg.Pool = request.app.state.pool
     async with pool.acquire() as conn:
-        body: str | None = await conn.fetchval(CONTEXT_SQL, request.path_params["conversation_id"], "default")
+        body: str | None = await conn.fetchval(
+            CONTEXT_SQL, request.path_params["conversation_id"], "default", *CONTEXT_LIMITS
+        )
     if body is None:
         return Response(b'{"detail":"not found","code":"not_found"}', 404, media_type="application/json")
     return Response(body, media_type="application/json")

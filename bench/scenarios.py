@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from app.repositories.memory import CONTEXT_SQL
+from bench.floor_app import CONTEXT_LIMITS
 from bench.seed import CONTEXT_PREFIXES, POLICIES, SLIDING_WINDOW, ConversationSeed
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
@@ -54,7 +55,7 @@ async def _explain(b: Bench, conversation_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     literal = conversation_id.replace("'", "''")
     async with b.db.acquire() as conn:
-        await conn.execute("PREPARE bench_context(varchar, varchar) AS " + CONTEXT_SQL)
+        await conn.execute("PREPARE bench_context(varchar, varchar, integer, integer) AS " + CONTEXT_SQL)
         try:
             for mode in ("custom", "generic"):
                 await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
@@ -63,7 +64,8 @@ async def _explain(b: Bench, conversation_id: str) -> dict[str, Any]:
                     rows = [
                         r[0]
                         for r in await conn.fetch(
-                            f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_context('{literal}', 'default')"
+                            f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_context('{literal}', 'default', "
+                            f"{CONTEXT_LIMITS[0]}, {CONTEXT_LIMITS[1]})"
                         )
                     ]
                 text = "\n".join(rows)

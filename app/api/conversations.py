@@ -30,7 +30,10 @@ router = APIRouter(tags=["conversations"])
     response_model=AppendMessagesOut,
     responses={
         409: {"model": ErrorOut, "description": "Idempotency-Key reused with another body"},
-        413: {"model": ErrorOut, "description": "Too many messages or a message too long"},
+        413: {
+            "model": ErrorOut,
+            "description": "Too many messages, a message too long, or the conversation's metadata too large",
+        },
     },
 )
 async def append_messages(
@@ -80,7 +83,10 @@ async def append_messages(
     "/conversations",
     status_code=status.HTTP_201_CREATED,
     response_model=ConversationOut,
-    responses={409: {"model": ErrorOut, "description": "The conversation id is taken"}},
+    responses={
+        409: {"model": ErrorOut, "description": "The conversation id is taken"},
+        413: {"model": ErrorOut, "description": "Metadata too large"},
+    },
 )
 async def create_conversation(
     body: CreateConversationIn, service: ServiceDep, tenant: TenantDep
@@ -102,8 +108,9 @@ async def list_messages(
     after_sequence: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """Messages with sequence > after_sequence, oldest first."""
-    page = await service.list_messages(
+    """Messages with sequence > after_sequence, oldest first: at most ``limit`` of them and
+    MEMORY_MAX_PAGE_BYTES of content (always at least one)."""
+    page, more = await service.list_messages(
         tenant_id=tenant,
         conversation_id=conversation_id,
         after_sequence=after_sequence,
@@ -112,7 +119,7 @@ async def list_messages(
     return {
         "conversation_id": conversation_id,
         "messages": page,
-        "next_after_sequence": page[-1]["sequence"] if len(page) == limit else None,
+        "next_after_sequence": page[-1]["sequence"] if more else None,
     }
 
 
@@ -138,9 +145,13 @@ async def list_conversations(
     tenant: TenantDep,
     after: Annotated[str | None, Query(pattern=CONVERSATION_ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    include_metadata: Annotated[bool, Query(description="Include each conversation's metadata.")] = False,
 ) -> dict[str, Any]:
-    """Conversations ordered by id; pass next_after as ``after`` for the next page."""
-    page = await service.list_conversations(tenant_id=tenant, after=after, limit=limit)
+    """Conversations ordered by id; pass next_after as ``after`` for the next page. Metadata is
+    null unless ``include_metadata`` is true, so a page stays small."""
+    page = await service.list_conversations(
+        tenant_id=tenant, after=after, limit=limit, include_metadata=include_metadata
+    )
     return {
         "conversations": page,
         "next_after": page[-1]["conversation_id"] if len(page) == limit else None,

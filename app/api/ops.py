@@ -10,6 +10,7 @@ from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
 from app.schemas import (
     ErrorOut,
     FailedMemory,
+    FailingConversation,
     GenerationStats,
     MemoriesOut,
     MemoryStarted,
@@ -48,6 +49,14 @@ async def failed_memories(
 ) -> list[dict[str, Any]]:
     """The newest failed summaries with their reasons."""
     return await service.failures(tenant_id=tenant, limit=limit)
+
+
+@router.get("/conversations/failing", response_model=list[FailingConversation])
+async def failing_conversations(
+    service: ServiceDep, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> list[dict[str, Any]]:
+    """Conversations whose summaries keep failing, with their backoff and last error."""
+    return await service.failing_conversations(tenant_id=tenant, limit=limit)
 
 
 @router.get("/memories/window-progression", response_model=list[WindowRow])
@@ -92,10 +101,15 @@ async def summarize_now(
 
 @router.get("/runner", response_model=RunnerStats)
 async def runner_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, Any]:
-    """This replica's background summaries: running, waiting for a slot, and the caps."""
+    """This replica's background summaries (running, waiting for a slot, the caps) and the state
+    of its circuit breaker for the model."""
     runner = service.runner
+    breaker = service.breaker
     return {
         "accepting": runner.accepting,
+        "llm_circuit": breaker.state.value,
+        "llm_consecutive_failures": breaker.consecutive_failures,
+        "llm_circuit_retry_in_seconds": round(breaker.retry_in_seconds, 3),
         "running": runner.running,
         "waiting": runner.waiting,
         "max_concurrent": runner.max_concurrent,

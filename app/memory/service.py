@@ -16,7 +16,8 @@ import asyncpg
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, NotFound, PayloadTooLarge
+from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel
 from app.memory.policies import (
     MemoryPolicy,
@@ -30,9 +31,22 @@ from app.memory.policies import (
 from app.memory.runner import SummaryRunner
 from app.memory.types import ConversationState, SummaryJob, SummaryPlan, Trigger
 from app.repositories import conversations, idempotency, memory, messages
+from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
 
 logger = logging.getLogger("app.memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what one conversation can make the service store or return."""
+
+    max_context_messages: int
+    max_context_bytes: int
+    max_page_bytes: int
+    max_metadata_bytes: int
+    max_metadata_keys: int
+    read_acquire_timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +82,9 @@ class MemoryService:
         default_policy: PolicyConfig,
         parameter_defaults: ParameterDefaults,
         summary_max_chars: int,
+        limits: Limits,
+        backoff: Backoff,
+        breaker: CircuitBreaker,
         lease_seconds: float,
         idempotency_ttl_hours: float,
         max_concurrent: int,
@@ -81,6 +98,9 @@ class MemoryService:
         self.default_policy = build_policy(resolve(default_policy, parameter_defaults))
         self.default_policy_json = policy_dump(self.default_policy.config)
         self.summary_max_chars = summary_max_chars
+        self.limits = limits
+        self.backoff = backoff
+        self.breaker = breaker
         self.lease_seconds = lease_seconds
         self.idempotency_ttl_hours = idempotency_ttl_hours
         self.runner = SummaryRunner(
@@ -121,9 +141,23 @@ class MemoryService:
                 memory_policy=policy_dump(policy.config),
                 context=policy.context,
             )
-        if row is None:
-            raise Conflict(f"conversation {conversation_id!r} already exists")
+            if row is None:
+                raise Conflict(f"conversation {conversation_id!r} already exists")
+            self._check_metadata(row.pop("metadata_bytes"), row.pop("metadata_keys"))
         return row
+
+    def _check_metadata(self, size: int, keys: int) -> None:
+        """Raised inside the writing transaction, so nothing of the request is stored."""
+        if size > self.limits.max_metadata_bytes:
+            raise PayloadTooLarge(
+                f"the conversation's metadata would be {size} bytes; the limit is "
+                f"{self.limits.max_metadata_bytes} (MEMORY_MAX_METADATA_BYTES)"
+            )
+        if keys > self.limits.max_metadata_keys:
+            raise PayloadTooLarge(
+                f"the conversation's metadata would have {keys} keys; the limit is "
+                f"{self.limits.max_metadata_keys} (MEMORY_MAX_METADATA_KEYS)"
+            )
 
     # ---- write path -------------------------------------------------------------------
 
@@ -168,6 +202,7 @@ class MemoryService:
             )
             if allocated is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            self._check_metadata(allocated.metadata_bytes, allocated.metadata_keys)
             if idempotency_pair is not None:
                 stored = await idempotency.get(conn, conversation_id=conversation_id, key=idempotency_pair[0])
                 if stored is not None:
@@ -191,7 +226,10 @@ class MemoryService:
                 last_round=allocated.round,
             )
             started = await self._start(
-                conn, conversation_id=conversation_id, plan=policy.plan(state, Trigger.ROUND_END)
+                conn,
+                conversation_id=conversation_id,
+                plan=policy.plan(state, Trigger.ROUND_END),
+                backing_off=allocated.backing_off,
             )
             body = {
                 "conversation_id": conversation_id,
@@ -242,12 +280,19 @@ class MemoryService:
         )
 
     async def _start(
-        self, conn: AsyncConnection, *, conversation_id: str, plan: SummaryPlan | None
+        self, conn: AsyncConnection, *, conversation_id: str, plan: SummaryPlan | None, backing_off: bool
     ) -> dict[str, Any] | None:
         """Insert the plan's 'processing' row (to submit after commit), unless there is no plan,
-        the runner is full, or another summary of the conversation is processing."""
+        the conversation is backing off after failures, the model's circuit is open, the runner
+        is full, or another summary of the conversation is processing."""
         if plan is None:
             logger.debug("No new messages to summarize for %s", conversation_id)
+            return None
+        if backing_off:
+            logger.debug("Summaries of %s are backing off after failures", conversation_id)
+            return None
+        if self.model is not None and not self.breaker.allow():
+            logger.debug("The model's circuit is open; not starting a summary for %s", conversation_id)
             return None
         if not self.runner.has_capacity():
             logger.warning(
@@ -289,7 +334,7 @@ class MemoryService:
                     start=row["input_start_sequence"],
                     end=row["end_sequence"],
                 )
-            policy = load_policy(position[2])
+            policy = load_policy(position.memory_policy)
             job = SummaryJob(
                 memory_id=memory_id,
                 conversation_id=conversation_id,
@@ -310,7 +355,12 @@ class MemoryService:
             if self.model is None:
                 text = policy.fallback(job)
             else:
-                text = await self.model.summarize(policy.prompt(job), job)
+                try:
+                    text = await self.model.summarize(policy.prompt(job), job)
+                except Exception:
+                    self.breaker.record_failure()
+                    raise
+                self.breaker.record_success()
             if not text.strip():
                 raise ValueError("the summarizer returned an empty summary")
             elapsed_ms = int((time.perf_counter() - started) * 1000)
@@ -331,12 +381,13 @@ class MemoryService:
             else:
                 logger.info("Memory %d was reaped or deleted meanwhile; result dropped", memory_id)
         except asyncio.CancelledError:
-            await self._mark_failed(memory_id, "interrupted by shutdown", started)
+            # Not the conversation's fault: its failure streak is left alone.
+            await self._mark_failed(memory_id, "interrupted by shutdown", started, backoff=None)
             raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             logger.warning("Summary %d failed: %s", memory_id, reason)
-            await self._mark_failed(memory_id, reason, started)
+            await self._mark_failed(memory_id, reason, started, backoff=self.backoff)
 
     async def _after_completion(self, conversation_id: str) -> None:
         """Ask the policy again now that a summary completed (trigger 'completed'): rounds stored
@@ -346,26 +397,32 @@ class MemoryService:
             position = await conversations.position(conn, conversation_id=conversation_id)
             if position is None:
                 return
-            last_sequence, last_round, stored = position
-            policy = load_policy(stored)
+            policy = load_policy(position.memory_policy)
             state = await self._observe(
                 conn,
                 conversation_id=conversation_id,
                 policy=policy,
-                last_sequence=last_sequence,
-                last_round=last_round,
+                last_sequence=position.last_sequence,
+                last_round=position.last_round,
             )
             started = await self._start(
-                conn, conversation_id=conversation_id, plan=policy.plan(state, Trigger.COMPLETED)
+                conn,
+                conversation_id=conversation_id,
+                plan=policy.plan(state, Trigger.COMPLETED),
+                backing_off=position.backing_off,
             )
         if started is not None:
             self.runner.submit(started["memory_id"])
 
-    async def _mark_failed(self, memory_id: int, reason: str, started: float) -> None:
+    async def _mark_failed(
+        self, memory_id: int, reason: str, started: float, *, backoff: Backoff | None
+    ) -> None:
         elapsed_ms = int((time.perf_counter() - started) * 1000)
         try:
             async with self.engine.begin() as conn:
-                if await memory.fail(conn, memory_id=memory_id, error=reason, generation_time_ms=elapsed_ms):
+                if await memory.fail(
+                    conn, memory_id=memory_id, error=reason, generation_time_ms=elapsed_ms, backoff=backoff
+                ):
                     logger.debug("Memory %d status updated to failed", memory_id)
         except Exception:
             # The database is unreachable: the lease expires and a reaper fails the row.
@@ -376,7 +433,7 @@ class MemoryService:
         async with self.engine.begin() as conn:
             if owned:
                 await memory.renew_leases(conn, memory_ids=owned, lease_seconds=self.lease_seconds)
-            for row in await memory.reap_expired(conn):
+            for row in await memory.reap_expired(conn, backoff=self.backoff):
                 logger.warning(
                     "Reaped memory %d (%d-%d) of %s: lease expired",
                     row["memory_id"],
@@ -389,10 +446,15 @@ class MemoryService:
     # ---- read path ----------------------------------------------------------------------
 
     async def get_context_json(self, *, tenant_id: str, conversation_id: str) -> str:
-        """The latest completed memory plus the gap after it, as the response's JSON text;
-        never waits on a summary."""
+        """The summaries the policy shows plus the raw part, as the response's JSON text; never
+        waits on a summary."""
         found = await memory.context_json(
-            self.read_pool, conversation_id=conversation_id, tenant_id=tenant_id
+            self.read_pool,
+            conversation_id=conversation_id,
+            tenant_id=tenant_id,
+            max_messages=self.limits.max_context_messages,
+            max_bytes=self.limits.max_context_bytes,
+            acquire_timeout=self.limits.read_acquire_timeout,
         )
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found")
@@ -405,11 +467,16 @@ class MemoryService:
 
     async def list_messages(
         self, *, tenant_id: str, conversation_id: str, after_sequence: int, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """A page of messages (bounded by count and MEMORY_MAX_PAGE_BYTES) and whether more follow."""
         async with self.engine.connect() as conn:
             await self._require(conn, tenant_id=tenant_id, conversation_id=conversation_id)
             return await messages.page(
-                conn, conversation_id=conversation_id, after_sequence=after_sequence, limit=limit
+                conn,
+                conversation_id=conversation_id,
+                after_sequence=after_sequence,
+                limit=limit,
+                max_bytes=self.limits.max_page_bytes,
             )
 
     async def get_conversation(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
@@ -420,10 +487,12 @@ class MemoryService:
         return found
 
     async def list_conversations(
-        self, *, tenant_id: str, after: str | None, limit: int
+        self, *, tenant_id: str, after: str | None, limit: int, include_metadata: bool
     ) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
-            return await conversations.list_page(conn, tenant_id=tenant_id, after=after, limit=limit)
+            return await conversations.list_page(
+                conn, tenant_id=tenant_id, after=after, limit=limit, include_metadata=include_metadata
+            )
 
     async def delete_conversation(self, *, tenant_id: str, conversation_id: str) -> None:
         """Delete a conversation; a summary still running for it finds its row gone and stops."""
@@ -447,14 +516,13 @@ class MemoryService:
             position = await conversations.position(conn, conversation_id=conversation_id)
             if position is None:
                 raise Conflict("nothing to summarize: the conversation has no messages")
-            last_sequence, last_round, stored = position
-            policy = load_policy(stored)
+            policy = load_policy(position.memory_policy)
             state = await self._observe(
                 conn,
                 conversation_id=conversation_id,
                 policy=policy,
-                last_sequence=last_sequence,
-                last_round=last_round,
+                last_sequence=position.last_sequence,
+                last_round=position.last_round,
             )
             plan = policy.plan(state, Trigger.MANUAL)
             if plan is None:
@@ -490,6 +558,10 @@ class MemoryService:
     async def stuck(self, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await memory.stuck(conn, tenant_id=tenant_id, older_than_seconds=older_than_seconds)
+
+    async def failing_conversations(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+        async with self.engine.connect() as conn:
+            return await conversations.failing(conn, tenant_id=tenant_id, limit=limit)
 
     async def failures(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:

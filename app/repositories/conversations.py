@@ -23,7 +23,10 @@ _ALLOCATE = text(
             metadata = c.metadata || CAST(:metadata AS jsonb)
         WHERE c.tenant_id = :tenant_id
     RETURNING c.next_sequence - :count AS first_sequence, c.next_round - 1 AS round,
-              (xmax = 0) AS created, c.memory_policy
+              (xmax = 0) AS created, c.memory_policy,
+              coalesce(c.summary_retry_at > now(), false) AS backing_off,
+              octet_length(c.metadata::text) AS metadata_bytes,
+              (SELECT count(*) FROM jsonb_object_keys(c.metadata)) AS metadata_keys
     """
 )
 
@@ -31,12 +34,16 @@ _ALLOCATE = text(
 @dataclass(frozen=True, slots=True)
 class Allocated:
     """The range a round got: its first sequence, its round number, whether the request created
-    the conversation, and the conversation's stored policy."""
+    the conversation, the conversation's stored policy, whether its summaries are backing off
+    after failures, and the size of its metadata after the merge."""
 
     first_sequence: int
     round: int
     created: bool
     memory_policy: dict[str, Any]
+    backing_off: bool
+    metadata_bytes: int
+    metadata_keys: int
 
 
 async def allocate_round(
@@ -77,14 +84,21 @@ async def allocate_round(
         round=int(row.round),
         created=bool(row.created),
         memory_policy=row.memory_policy,
+        backing_off=bool(row.backing_off),
+        metadata_bytes=int(row.metadata_bytes),
+        metadata_keys=int(row.metadata_keys),
     )
 
 
-_COLUMNS = """
-    c.conversation_id, c.created_at, c.metadata, c.memory_policy,
+_COLUMNS_OF = """
+    c.conversation_id, c.created_at, {metadata} AS metadata, c.memory_policy,
     c.next_sequence AS message_count, c.next_round AS round_count,
-    (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS memory_count
+    (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS memory_count,
+    c.summary_failures, c.summary_retry_at
 """
+_COLUMNS = _COLUMNS_OF.format(metadata="c.metadata")
+# Listings leave metadata out unless asked for, so a page stays small.
+_LIST_COLUMNS = _COLUMNS_OF.format(metadata="CASE WHEN :metadata THEN c.metadata END")
 
 
 async def create(
@@ -109,7 +123,9 @@ async def create(
                     ON CONFLICT (conversation_id) DO NOTHING
                     RETURNING *
                 )
-                SELECT {_COLUMNS} FROM c
+                SELECT {_COLUMNS}, octet_length(c.metadata::text) AS metadata_bytes,
+                       (SELECT count(*) FROM jsonb_object_keys(c.metadata)) AS metadata_keys
+                FROM c
                 """
             ),
             {
@@ -140,13 +156,24 @@ async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) ->
     return None if row is None else dict(row._mapping)
 
 
-async def position(conn: AsyncConnection, *, conversation_id: str) -> tuple[int, int, dict[str, Any]] | None:
-    """(last sequence, last round, stored policy) of a conversation; None when it is empty or
-    was deleted."""
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a conversation stands: its newest message and round, its stored policy, and whether
+    its summaries are backing off after failures."""
+
+    last_sequence: int
+    last_round: int
+    memory_policy: dict[str, Any]
+    backing_off: bool
+
+
+async def position(conn: AsyncConnection, *, conversation_id: str) -> Position | None:
+    """None when the conversation is empty or was deleted."""
     row = (
         await conn.execute(
             text(
-                "SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy "
+                "SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy, "
+                "coalesce(summary_retry_at > now(), false) AS backing_off "
                 "FROM conversations WHERE conversation_id = :conversation_id"
             ),
             {"conversation_id": conversation_id},
@@ -154,7 +181,12 @@ async def position(conn: AsyncConnection, *, conversation_id: str) -> tuple[int,
     ).one_or_none()
     if row is None or row.last_sequence < 0:
         return None
-    return int(row.last_sequence), int(row.last_round), row.memory_policy
+    return Position(
+        last_sequence=int(row.last_sequence),
+        last_round=int(row.last_round),
+        memory_policy=row.memory_policy,
+        backing_off=bool(row.backing_off),
+    )
 
 
 async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
@@ -168,19 +200,39 @@ async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str)
 
 
 async def list_page(
-    conn: AsyncConnection, *, tenant_id: str, after: str | None, limit: int
+    conn: AsyncConnection, *, tenant_id: str, after: str | None, limit: int, include_metadata: bool
 ) -> list[dict[str, Any]]:
     """Keyset pagination by conversation_id (stable under concurrent inserts)."""
     rows = await conn.execute(
         text(
             f"""
-            SELECT {_COLUMNS} FROM conversations c
+            SELECT {_LIST_COLUMNS} FROM conversations c
             WHERE tenant_id = :tenant_id AND (CAST(:after AS varchar) IS NULL OR conversation_id > :after)
             ORDER BY conversation_id
             LIMIT :limit
             """
         ),
-        {"tenant_id": tenant_id, "after": after, "limit": limit},
+        {"tenant_id": tenant_id, "after": after, "limit": limit, "metadata": include_metadata},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def failing(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    """Conversations whose latest summaries failed, the longest streak first."""
+    rows = await conn.execute(
+        text(
+            """
+            SELECT c.conversation_id, c.summary_failures, c.summary_retry_at,
+                   (SELECT m.error FROM memory m
+                    WHERE m.conversation_id = c.conversation_id AND m.status = 'failed'
+                    ORDER BY m.completed_at DESC NULLS LAST, m.memory_id DESC LIMIT 1) AS last_error
+            FROM conversations c
+            WHERE c.tenant_id = :tenant_id AND c.summary_failures > 0
+            ORDER BY c.summary_failures DESC, c.conversation_id
+            LIMIT :limit
+            """
+        ),
+        {"tenant_id": tenant_id, "limit": limit},
     )
     return [dict(r._mapping) for r in rows]
 

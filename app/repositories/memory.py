@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -111,17 +112,23 @@ async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None
 async def complete(
     conn: AsyncConnection, *, memory_id: int, memory_text: str, generation_time_ms: int
 ) -> bool:
-    """Mark a processing row completed. False when it is no longer processing (reaped or its
-    conversation deleted), in which case the result is discarded."""
+    """Mark a processing row completed and end its conversation's failure streak. False when it
+    is no longer processing (reaped or its conversation deleted): the result is discarded."""
     done = await conn.scalar(
         text(
             """
-            UPDATE memory
-            SET status = 'completed', memory_text = :memory_text,
-                generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
-                error = NULL
-            WHERE memory_id = :memory_id AND status = 'processing'
-            RETURNING 1
+            WITH done AS (
+                UPDATE memory
+                SET status = 'completed', memory_text = :memory_text,
+                    generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
+                    error = NULL
+                WHERE memory_id = :memory_id AND status = 'processing'
+                RETURNING conversation_id
+            ), reset AS (
+                UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL
+                FROM done WHERE c.conversation_id = done.conversation_id AND c.summary_failures > 0
+            )
+            SELECT 1 FROM done
             """
         ),
         {"memory_id": memory_id, "memory_text": memory_text, "ms": generation_time_ms},
@@ -129,18 +136,61 @@ async def complete(
     return done is not None
 
 
-async def fail(conn: AsyncConnection, *, memory_id: int, error: str, generation_time_ms: int | None) -> bool:
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long a conversation waits after its n-th failure in a row: nothing after the first
+    (the next round retries, as seed 004 does), then base * 2^(n-2), capped."""
+
+    base_seconds: float
+    max_seconds: float
+
+
+# The conversation's streak grows by one and, from the second failure on, its next summary
+# waits; used by every failure path. (c.summary_failures is the streak before this failure.)
+_BACK_OFF = """
+    UPDATE conversations c
+    SET summary_failures = c.summary_failures + 1,
+        summary_retry_at = CASE WHEN c.summary_failures = 0 THEN NULL ELSE now() + make_interval(
+            secs => least(:backoff_max, :backoff_base * power(2, least(c.summary_failures - 1, 30))))
+            END
+    FROM failed WHERE c.conversation_id = failed.conversation_id
+"""
+
+
+async def fail(
+    conn: AsyncConnection,
+    *,
+    memory_id: int,
+    error: str,
+    generation_time_ms: int | None,
+    backoff: Backoff | None,
+) -> bool:
+    """Mark a processing row failed. With ``backoff``, the conversation's failure streak grows
+    and its next summary waits; without (a shutdown interrupted it), the streak is untouched."""
+    streak = f", streak AS ({_BACK_OFF})" if backoff is not None else ""
     done = await conn.scalar(
         text(
-            """
-            UPDATE memory
-            SET status = 'failed', error = :error, generation_time_ms = :ms,
-                completed_at = now(), lease_expires_at = NULL
-            WHERE memory_id = :memory_id AND status = 'processing'
-            RETURNING 1
+            f"""
+            WITH failed AS (
+                UPDATE memory
+                SET status = 'failed', error = :error, generation_time_ms = :ms,
+                    completed_at = now(), lease_expires_at = NULL
+                WHERE memory_id = :memory_id AND status = 'processing'
+                RETURNING conversation_id
+            ){streak}
+            SELECT 1 FROM failed
             """
         ),
-        {"memory_id": memory_id, "error": error[:2000], "ms": generation_time_ms},
+        {
+            "memory_id": memory_id,
+            "error": error[:2000],
+            "ms": generation_time_ms,
+            **(
+                {}
+                if backoff is None
+                else {"backoff_base": backoff.base_seconds, "backoff_max": backoff.max_seconds}
+            ),
+        },
     )
     return done is not None
 
@@ -158,19 +208,24 @@ async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_se
     return int(result.rowcount)
 
 
-async def reap_expired(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Fail processing rows whose lease expired (their worker died). Safe to run from every
-    replica at once: each row moves once, and rows whose owner renews its lease are untouched."""
+async def reap_expired(conn: AsyncConnection, *, backoff: Backoff) -> list[dict[str, Any]]:
+    """Fail processing rows whose lease expired (their worker died) and back their conversations
+    off. Safe to run from every replica at once: each row moves once, and rows whose owner
+    renews its lease are untouched."""
     rows = await conn.execute(
         text(
+            f"""
+            WITH failed AS (
+                UPDATE memory
+                SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
+                    error = 'lease expired: the worker stopped renewing it (crash, kill or redeploy)'
+                WHERE status = 'processing' AND lease_expires_at < now()
+                RETURNING memory_id, conversation_id, start_sequence, end_sequence
+            ), streak AS ({_BACK_OFF})
+            SELECT * FROM failed
             """
-            UPDATE memory
-            SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
-                error = 'lease expired: the worker stopped renewing it (crash, kill or redeploy)'
-            WHERE status = 'processing' AND lease_expires_at < now()
-            RETURNING memory_id, conversation_id, start_sequence, end_sequence
-            """
-        )
+        ),
+        {"backoff_base": backoff.base_seconds, "backoff_max": backoff.max_seconds},
     )
     return [dict(r._mapping) for r in rows]
 
@@ -219,8 +274,8 @@ async def restart_failed(
 # conversation (tenant-checked), the newest K completed summaries its policy shows, the memory in
 # flight, and the raw messages. The hot read path skips SQLAlchemy and pydantic: it runs this on
 # a plain asyncpg pool (app.db.create_read_pool). bench/floor_app.py runs this same statement.
-# Plain asyncpg placeholders: $1 = conversation_id, $2 = tenant_id. Returns NULL for an unknown
-# conversation.
+# Plain asyncpg placeholders: $1 = conversation_id, $2 = tenant_id, $3 = most raw messages,
+# $4 = most raw bytes (content_bytes). Returns NULL for an unknown conversation.
 #
 # The raw part starts at the earliest of: the message after the newest shown summary (nothing is
 # ever missing), the first message of the last R rounds (the policy's recent window), and the
@@ -231,7 +286,7 @@ async def restart_failed(
 CONTEXT_SQL = """
 WITH conv AS (
     SELECT next_sequence, next_round, context_summaries, context_recent_rounds,
-           memory_policy ->> 'name' AS policy
+           memory_policy ->> 'name' AS policy, summary_failures, summary_retry_at
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
 ), shown AS (
@@ -261,11 +316,31 @@ WITH conv AS (
                    ELSE (SELECT min(end_sequence) FROM shown) END
              ORDER BY f.end_sequence LIMIT 1)
         ) AS raw_start
+), newest AS (
+    -- The newest $3 messages of the raw part with their sizes; only these rows are read.
+    SELECT sequence, content_bytes FROM messages
+    WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM conv)
+      AND sequence >= (SELECT raw_start FROM bounds)
+    ORDER BY sequence DESC
+    LIMIT $3
+), kept AS (
+    -- Newest first while the running size fits in $4 bytes (the newest message always).
+    SELECT sequence FROM (
+        SELECT sequence, sum(content_bytes) OVER (ORDER BY sequence DESC) AS bytes,
+               row_number() OVER (ORDER BY sequence DESC) AS n
+        FROM newest
+    ) AS sized
+    WHERE n = 1 OR bytes <= $4
 ), raw AS (
     SELECT sequence, round, role, content, metadata, created_at
     FROM messages
-    WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM conv)
-      AND sequence >= (SELECT raw_start FROM bounds)
+    WHERE conversation_id = $1 AND sequence >= (SELECT coalesce(min(sequence), 0) FROM kept)
+      AND EXISTS (SELECT 1 FROM kept)
+), omitted AS (
+    SELECT (SELECT raw_start FROM bounds) AS start_sequence, min(sequence) - 1 AS end_sequence,
+           min(sequence) - (SELECT raw_start FROM bounds) AS count
+    FROM kept
+    HAVING min(sequence) > (SELECT raw_start FROM bounds)
 )
 SELECT json_build_object(
     'conversation_id', $1::text,
@@ -275,7 +350,11 @@ SELECT json_build_object(
         '[]'::json),
     'memory', (SELECT row_to_json(shown) FROM shown ORDER BY end_sequence DESC, memory_id DESC LIMIT 1),
     'messages', coalesce((SELECT json_agg(raw ORDER BY raw.sequence) FROM raw), '[]'::json),
+    'truncated', EXISTS (SELECT 1 FROM omitted),
+    'omitted_messages', (SELECT row_to_json(omitted) FROM omitted),
     'processing', (SELECT row_to_json(proc) FROM proc),
+    'summary_backoff', (SELECT json_build_object('failures', summary_failures, 'retry_at', summary_retry_at)
+                        FROM conv WHERE summary_failures > 0),
     'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),
     'memory_lag_messages', (SELECT next_sequence FROM conv) - (SELECT newest_end FROM bounds) - 1
 )::text
@@ -283,10 +362,22 @@ WHERE EXISTS (SELECT 1 FROM conv)
 """
 
 
-async def context_json(pool: asyncpg.Pool, *, conversation_id: str, tenant_id: str) -> str | None:
-    """The context response as JSON text, or None for an unknown conversation."""
-    async with pool.acquire() as conn:
-        result: str | None = await conn.fetchval(CONTEXT_SQL, conversation_id, tenant_id)
+async def context_json(
+    pool: asyncpg.Pool,
+    *,
+    conversation_id: str,
+    tenant_id: str,
+    max_messages: int,
+    max_bytes: int,
+    acquire_timeout: float,
+) -> str | None:
+    """The context response as JSON text, or None for an unknown conversation. The raw part is
+    capped to the newest ``max_messages`` messages and ``max_bytes`` of content (flagged as
+    truncated, with the omitted range)."""
+    async with pool.acquire(timeout=acquire_timeout) as conn:
+        result: str | None = await conn.fetchval(
+            CONTEXT_SQL, conversation_id, tenant_id, max_messages, max_bytes
+        )
     return result
 
 

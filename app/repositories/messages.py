@@ -39,8 +39,9 @@ async def insert_round(
     rows = await conn.execute(
         text(
             f"""
-            INSERT INTO messages (conversation_id, sequence, round, role, content, metadata)
-            SELECT :conversation_id, :first + t.ord - 1, :round, t.role, t.content::json, t.metadata::json
+            INSERT INTO messages (conversation_id, sequence, round, role, content, metadata, content_bytes)
+            SELECT :conversation_id, :first + t.ord - 1, :round, t.role, t.content::json, t.metadata::json,
+                   octet_length(t.content) + coalesce(octet_length(t.metadata), 0)
             FROM unnest(CAST(:roles AS varchar[]), CAST(:contents AS text[]), CAST(:metadata AS text[]))
                  WITH ORDINALITY AS t(role, content, metadata, ord)
             RETURNING {_OUT}
@@ -97,17 +98,36 @@ async def round_starts(
 
 
 async def page(
-    conn: AsyncConnection, *, conversation_id: str, after_sequence: int, limit: int
-) -> list[dict[str, Any]]:
+    conn: AsyncConnection, *, conversation_id: str, after_sequence: int, limit: int, max_bytes: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Up to ``limit`` messages after ``after_sequence``, oldest first, cut to ``max_bytes`` of
+    content (always at least one message). Returns the page and whether more messages follow.
+
+    Sizes come from content_bytes, so only the messages returned are read in full."""
     rows = await conn.execute(
         text(
             f"""
-            SELECT {_OUT} FROM messages
-            WHERE conversation_id = :conversation_id AND sequence > :after
+            WITH candidates AS (
+                SELECT sequence, content_bytes FROM messages
+                WHERE conversation_id = :conversation_id AND sequence > :after
+                ORDER BY sequence
+                LIMIT :limit + 1
+            ), sized AS (
+                SELECT sequence, sum(content_bytes) OVER (ORDER BY sequence) AS bytes,
+                       row_number() OVER (ORDER BY sequence) AS n, count(*) OVER () AS candidates
+                FROM candidates
+            )
+            SELECT {_OUT}, s.candidates
+            FROM sized s JOIN messages m USING (sequence)
+            WHERE m.conversation_id = :conversation_id AND s.n <= :limit
+              AND (s.n = 1 OR s.bytes <= :max_bytes)
             ORDER BY sequence
-            LIMIT :limit
             """
         ),
-        {"conversation_id": conversation_id, "after": after_sequence, "limit": limit},
+        {"conversation_id": conversation_id, "after": after_sequence, "limit": limit, "max_bytes": max_bytes},
     )
-    return [dict(r._mapping) for r in rows]
+    found = [dict(r._mapping) for r in rows]
+    more = bool(found) and found[0]["candidates"] > len(found)
+    for row in found:
+        del row["candidates"]
+    return found, more

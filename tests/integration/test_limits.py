@@ -1,0 +1,160 @@
+"""Bounds one conversation cannot push past (metadata, context, pages) and how a conversation,
+or the model as a whole, that keeps failing is backed off instead of retried on every round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from tests.fakellm import FakeLLM
+from tests.integration.conftest import App, AppFactory
+
+
+def labels(n: int, count: int) -> dict[str, Any]:
+    return {f"k{n}-{i}": "v" * 100 for i in range(count)}
+
+
+async def test_conversation_metadata_is_capped_and_a_refused_post_writes_nothing(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_MAX_METADATA_BYTES=20_000, MEMORY_MAX_METADATA_KEYS=100)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    statuses = []
+    for n in range(10):  # 64 new keys per POST: the second already passes 100 keys
+        response = await api.client.post(
+            "/conversations/m/messages", json={**body, "metadata": labels(n, 64)}
+        )
+        statuses.append(response.status_code)
+        if response.status_code == 413:
+            assert response.json()["code"] == "payload_too_large"
+            assert "limit is 100 (MEMORY_MAX_METADATA_KEYS)" in response.json()["detail"]
+    assert statuses == [201] + [413] * 9
+    row = await db.fetchrow("SELECT next_sequence, next_round, metadata FROM conversations")
+    assert (row["next_sequence"], row["next_round"]) == (1, 1)  # the refused rounds left no trace
+    assert await db.fetchval("SELECT count(*) FROM messages") == 1
+    # Size: fewer, longer values hit the byte limit.
+    big = {f"b{i}": "x" * 1000 for i in range(30)}
+    response = await api.client.post("/conversations", json={"conversation_id": "big", "metadata": big})
+    assert response.status_code == 413, response.text
+    assert "(MEMORY_MAX_METADATA_BYTES)" in response.json()["detail"]
+    assert (await api.client.get("/conversations/big")).status_code == 404
+
+
+async def test_listings_leave_metadata_out_unless_asked(api: App) -> None:
+    await api.client.post("/conversations", json={"conversation_id": "a", "metadata": {"team": "x"}})
+    listed = (await api.client.get("/conversations")).json()["conversations"]
+    assert listed[0]["metadata"] is None
+    listed = (await api.client.get("/conversations?include_metadata=true")).json()["conversations"]
+    assert listed[0]["metadata"] == {"team": "x"}
+    assert (await api.client.get("/conversations/a")).json()["metadata"] == {"team": "x"}
+
+
+async def test_the_context_is_capped_and_says_what_it_left_out(make_app: AppFactory, llm: FakeLLM) -> None:
+    # Summaries failing for good: the raw part would grow without end.
+    api = await make_app(MEMORY_MAX_CONTEXT_MESSAGES=6, MEMORY_SUMMARY_BACKOFF_SECONDS=3600)
+    llm.fail_next(1000)
+    for n in range(10):
+        await api.post_round("capped", n)
+    await api.idle()
+    context = await api.context("capped")
+    assert [m["sequence"] for m in context["messages"]] == list(range(14, 20))
+    assert context["truncated"] is True
+    assert context["omitted_messages"] == {"start_sequence": 0, "end_sequence": 13, "count": 14}
+    assert context["last_sequence"] == 19 and context["memory_lag_messages"] == 20
+
+    # Bytes: each message is 402 bytes of JSON text; a 1024-byte cap keeps the newest two.
+    small = await make_app(MEMORY_MAX_CONTEXT_BYTES=1024, MEMORY_SUMMARIZER="offline")
+    for _ in range(3):
+        await small.client.post(
+            "/conversations/bytes/messages", json={"messages": [{"role": "user", "content": "x" * 400}]}
+        )
+    context = await small.context("bytes")
+    assert [m["sequence"] for m in context["messages"]] == [1, 2]
+    assert context["omitted_messages"] == {"start_sequence": 0, "end_sequence": 0, "count": 1}
+    # A single message over the cap is still returned: the newest is never left out.
+    await small.client.post(
+        "/conversations/one/messages", json={"messages": [{"role": "user", "content": "y" * 2000}]}
+    )
+    context = await small.context("one")
+    assert [m["sequence"] for m in context["messages"]] == [0] and context["truncated"] is False
+
+
+async def test_message_pages_are_bounded_by_bytes(make_app: AppFactory) -> None:
+    api = await make_app(MEMORY_MAX_PAGE_BYTES=1024, MEMORY_SUMMARIZER="offline")
+    for _ in range(5):
+        await api.client.post(
+            "/conversations/p/messages", json={"messages": [{"role": "user", "content": "z" * 300}]}
+        )
+    seen: list[int] = []
+    after = -1
+    while after is not None:
+        page = (await api.client.get(f"/conversations/p/messages?after_sequence={after}&limit=100")).json()
+        assert len(page["messages"]) <= 3  # 3 x ~302 bytes fit in 1024
+        seen += [m["sequence"] for m in page["messages"]]
+        after = page["next_after_sequence"]
+    assert seen == [0, 1, 2, 3, 4]
+
+
+async def test_a_conversation_that_keeps_failing_backs_off_and_is_flagged(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_SUMMARY_BACKOFF_SECONDS=3600, MEMORY_LLM_BREAKER_FAILURES=100)
+    llm.fail_next(2)
+    for n in range(3):
+        await api.post_round("poison", n)
+    await api.idle()
+    # The first failure is retried at the next round, as seed 004 does.
+    assert (await api.post_round("poison", 3))["memory"] is not None
+    await api.idle()
+    assert await db.fetchval("SELECT count(*) FROM memory WHERE status = 'failed'") == 2
+    context = await api.context("poison")
+    assert context["summary_backoff"]["failures"] == 2 and context["summary_backoff"]["retry_at"]
+    # After the second, rounds start nothing until the backoff ends.
+    for n in range(4, 8):
+        assert (await api.post_round("poison", n))["memory"] is None
+    assert await db.fetchval("SELECT count(*) FROM memory") == 2
+    failing = (await api.client.get("/ops/conversations/failing")).json()
+    assert [(f["conversation_id"], f["summary_failures"]) for f in failing] == [("poison", 2)]
+    assert "injected 500" in failing[0]["last_error"]
+    # An operator's summary still runs, and a completed one ends the streak.
+    started = await api.client.post("/ops/conversations/poison/summarize")
+    assert started.status_code == 202, started.text
+    await api.idle()
+    context = await api.context("poison")
+    assert context["summary_backoff"] is None and context["memory"] is not None
+    assert (await api.client.get("/ops/conversations/failing")).json() == []
+    conversation = (await api.client.get("/conversations/poison")).json()
+    assert (conversation["summary_failures"], conversation["summary_retry_at"]) == (0, None)
+
+
+async def test_the_model_circuit_opens_during_an_outage_and_closes_after(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_LLM_BREAKER_FAILURES=3, MEMORY_LLM_BREAKER_OPEN_SECONDS=3600)
+    llm.fail_next(3)
+    for cid in ("a", "b", "c"):
+        for n in range(3):
+            await api.post_round(cid, n)
+        await api.idle()
+    runner = (await api.client.get("/ops/runner")).json()
+    assert runner["llm_circuit"] == "open" and runner["llm_consecutive_failures"] == 3
+    assert 0 < runner["llm_circuit_retry_in_seconds"] <= 3600
+    # While open, rounds start no summary at all: an outage costs no LLM calls and no rows.
+    calls = len(llm.calls)
+    for cid in ("d", "e"):
+        for n in range(3):
+            assert (await api.post_round(cid, n))["memory"] is None
+    assert len(llm.calls) == calls and await db.fetchval("SELECT count(*) FROM memory") == 3
+
+    # Half-open (the period over): summaries start again and the first success closes it.
+    closing = await make_app(MEMORY_LLM_BREAKER_FAILURES=1, MEMORY_LLM_BREAKER_OPEN_SECONDS=0.001)
+    llm.fail_next(1)
+    for n in range(3):
+        await closing.post_round("f", n)
+    await closing.idle()
+    assert (await closing.client.get("/ops/runner")).json()["llm_circuit"] in ("open", "half_open")
+    started = await closing.post_round("f", 3)
+    assert started["memory"] is not None
+    await closing.idle()
+    assert (await closing.client.get("/ops/runner")).json()["llm_circuit"] == "closed"
