@@ -395,7 +395,7 @@ class MemoryService:
         or a sliding window with catch-up on)."""
         async with self.engine.begin() as conn:
             position = await conversations.position(conn, conversation_id=conversation_id)
-            if position is None:
+            if position is None or position.last_sequence < 0:
                 return
             policy = load_policy(position.memory_policy)
             state = await self._observe(
@@ -511,10 +511,10 @@ class MemoryService:
         window, the window ending at the newest message whatever the threshold says. 409 when one
         is already running or the policy has nothing to summarize."""
         async with self.engine.begin() as conn:
-            if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):
-                raise NotFound(f"conversation {conversation_id!r} not found")
-            position = await conversations.position(conn, conversation_id=conversation_id)
+            position = await conversations.position(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if position is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            if position.last_sequence < 0:
                 raise Conflict("nothing to summarize: the conversation has no messages")
             policy = load_policy(position.memory_policy)
             state = await self._observe(

@@ -158,8 +158,8 @@ async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) ->
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """Where a conversation stands: its newest message and round, its stored policy, and whether
-    its summaries are backing off after failures."""
+    """Where a conversation stands: its newest message and round (-1 while empty), its stored
+    policy, and whether its summaries are backing off after failures."""
 
     last_sequence: int
     last_round: int
@@ -167,19 +167,29 @@ class Position:
     backing_off: bool
 
 
-async def position(conn: AsyncConnection, *, conversation_id: str) -> Position | None:
-    """None when the conversation is empty or was deleted."""
+async def position(
+    conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None = None
+) -> Position | None:
+    """Where the conversation stands (last_sequence is -1 while it is empty); None when it does
+    not exist (for ``tenant_id``, when given). Takes a key-share lock on the row until the
+    transaction ends, so a DELETE of the conversation waits for the summary row the caller may
+    insert (instead of the insert failing on the foreign key)."""
     row = (
         await conn.execute(
             text(
-                "SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy, "
-                "coalesce(summary_retry_at > now(), false) AS backing_off "
-                "FROM conversations WHERE conversation_id = :conversation_id"
+                """
+                SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
+                       coalesce(summary_retry_at > now(), false) AS backing_off
+                FROM conversations
+                WHERE conversation_id = :conversation_id
+                  AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)
+                FOR KEY SHARE
+                """
             ),
-            {"conversation_id": conversation_id},
+            {"conversation_id": conversation_id, "tenant_id": tenant_id},
         )
     ).one_or_none()
-    if row is None or row.last_sequence < 0:
+    if row is None:
         return None
     return Position(
         last_sequence=int(row.last_sequence),

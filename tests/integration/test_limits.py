@@ -3,6 +3,7 @@ or the model as a whole, that keeps failing is backed off instead of retried on 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -158,3 +159,22 @@ async def test_the_model_circuit_opens_during_an_outage_and_closes_after(
     assert started["memory"] is not None
     await closing.idle()
     assert (await closing.client.get("/ops/runner")).json()["llm_circuit"] == "closed"
+
+
+async def test_summarize_now_racing_delete_is_never_a_500(api: App, llm: FakeLLM) -> None:
+    """The manual summary's insert used to fail on the foreign key when a DELETE of the same
+    conversation committed in between (a 500); the conversation row is now locked first."""
+    llm.hold = True
+    seen: set[int] = set()
+    for attempt in range(25):
+        cid = f"race-{attempt}"
+        await api.post_round(cid, 0)
+        summarize, delete = await asyncio.gather(
+            api.client.post(f"/ops/conversations/{cid}/summarize"),
+            api.client.delete(f"/conversations/{cid}"),
+        )
+        seen.update((summarize.status_code, delete.status_code))
+        assert summarize.status_code in (202, 404), summarize.text
+        assert delete.status_code == 204, delete.text
+    assert 500 not in seen
+    llm.release_all()
