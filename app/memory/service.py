@@ -217,19 +217,16 @@ class MemoryService:
                 first_sequence=allocated.first_sequence,
                 items=items,
             )
-            policy = load_policy(allocated.memory_policy)
-            state = await self._observe(
+            _, _, plan = await self._plan(
                 conn,
                 conversation_id=conversation_id,
-                policy=policy,
+                stored_policy=allocated.memory_policy,
                 last_sequence=allocated.first_sequence + len(items) - 1,
                 last_round=allocated.round,
+                trigger=Trigger.ROUND_END,
             )
             started = await self._start(
-                conn,
-                conversation_id=conversation_id,
-                plan=policy.plan(state, Trigger.ROUND_END),
-                backing_off=allocated.backing_off,
+                conn, conversation_id=conversation_id, plan=plan, backing_off=allocated.backing_off
             )
             body = {
                 "conversation_id": conversation_id,
@@ -249,6 +246,27 @@ class MemoryService:
         if started is not None:
             self.runner.submit(started["memory_id"])
         return AppendResult(body=body, replayed=False)
+
+    async def _plan(
+        self,
+        conn: AsyncConnection,
+        *,
+        conversation_id: str,
+        stored_policy: dict[str, Any],
+        last_sequence: int,
+        last_round: int,
+        trigger: Trigger,
+    ) -> tuple[MemoryPolicy, ConversationState, SummaryPlan | None]:
+        """Ask the conversation's policy which summary is due, given what it observes now."""
+        policy = load_policy(stored_policy)
+        state = await self._observe(
+            conn,
+            conversation_id=conversation_id,
+            policy=policy,
+            last_sequence=last_sequence,
+            last_round=last_round,
+        )
+        return policy, state, policy.plan(state, trigger)
 
     async def _observe(
         self,
@@ -397,19 +415,16 @@ class MemoryService:
             position = await conversations.position(conn, conversation_id=conversation_id)
             if position is None or position.last_sequence < 0:
                 return
-            policy = load_policy(position.memory_policy)
-            state = await self._observe(
+            _, _, plan = await self._plan(
                 conn,
                 conversation_id=conversation_id,
-                policy=policy,
+                stored_policy=position.memory_policy,
                 last_sequence=position.last_sequence,
                 last_round=position.last_round,
+                trigger=Trigger.COMPLETED,
             )
             started = await self._start(
-                conn,
-                conversation_id=conversation_id,
-                plan=policy.plan(state, Trigger.COMPLETED),
-                backing_off=position.backing_off,
+                conn, conversation_id=conversation_id, plan=plan, backing_off=position.backing_off
             )
         if started is not None:
             self.runner.submit(started["memory_id"])
@@ -511,20 +526,21 @@ class MemoryService:
         window, the window ending at the newest message whatever the threshold says. 409 when one
         is already running or the policy has nothing to summarize."""
         async with self.engine.begin() as conn:
-            position = await conversations.position(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            position = await conversations.position(
+                conn, conversation_id=conversation_id, tenant_id=tenant_id
+            )
             if position is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
             if position.last_sequence < 0:
                 raise Conflict("nothing to summarize: the conversation has no messages")
-            policy = load_policy(position.memory_policy)
-            state = await self._observe(
+            policy, state, plan = await self._plan(
                 conn,
                 conversation_id=conversation_id,
-                policy=policy,
+                stored_policy=position.memory_policy,
                 last_sequence=position.last_sequence,
                 last_round=position.last_round,
+                trigger=Trigger.MANUAL,
             )
-            plan = policy.plan(state, Trigger.MANUAL)
             if plan is None:
                 raise Conflict(policy.nothing_due(state))
             if not self.runner.has_capacity():
