@@ -12,9 +12,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
+    PlainValidator,
     StringConstraints,
-    field_validator,
+    WithJsonSchema,
 )
 
 from app.memory.policies import PolicyConfig
@@ -30,7 +30,7 @@ _INT_RANGE = (-(2**63), 2**63 - 1)
 def _exact_number(value: object) -> object:
     """Integers within 64 bits and finite floats: what JSON, orjson and PostgreSQL all store."""
     if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-        raise ValueError("integers must fit in 64 bits")
+        raise ValueError("integers must fit in signed 64 bits")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("numbers must be finite (no NaN or Infinity)")
     return value
@@ -52,26 +52,26 @@ def _check_text(value: str) -> None:
         value.encode()
     except UnicodeEncodeError:
         # JSON's \uD800-\uDFFF escapes can name half a character, which UTF-8 cannot store.
-        raise ValueError("JSON content holds an unpaired surrogate (a lone \\uD800-\\uDFFF escape)") from None
+        raise ValueError("content holds an unpaired surrogate (a lone \\uD800-\\uDFFF escape)") from None
 
 
 def _check_json(value: Any, depth: int = 0) -> None:
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"JSON content nests deeper than {MAX_JSON_DEPTH} levels")
+    """``depth`` counts the objects and arrays around ``value``."""
     if isinstance(value, str):
         _check_text(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-            raise ValueError("JSON content holds an integer outside the 64-bit range")
+            raise ValueError("JSON content holds an integer outside the signed 64-bit range")
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError("JSON content holds NaN or Infinity, which JSON cannot represent")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key)
-            _check_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
+    elif isinstance(value, dict | list):
+        if depth + 1 > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON content nests objects and arrays deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            for key in value:
+                _check_text(key)
+        for item in value.values() if isinstance(value, dict) else value:
             _check_json(item, depth + 1)
 
 
@@ -80,7 +80,30 @@ def content_chars(content: Content) -> int:
     return len(content) if isinstance(content, str) else len(orjson.dumps(content).decode())
 
 
+def _content(value: object) -> Content:
+    """One clear error per kind of bad content (a union of types would report one per type)."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("content must not be empty or blank")
+        if "\x00" in value:
+            raise ValueError("content must not contain NUL characters")
+        _check_text(value)
+        return value
+    if isinstance(value, dict | list):
+        _check_json(value)
+        return value
+    raise ValueError("content must be a string, a JSON object or a JSON array")
+
+
 _NON_BLANK = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+_CONTENT_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "minLength": 1, "pattern": _NON_BLANK},
+        {"type": "object"},
+        {"type": "array"},
+    ],
+    "description": "Text, or a JSON object or array returned as posted.",
+}
 
 
 class MessageIn(BaseModel):
@@ -88,31 +111,13 @@ class MessageIn(BaseModel):
 
     role: Role
     # A string, or a JSON object or array stored as posted (e.g. seed 000's userRequest and
-    # aiResponse objects). The string pattern (no NUL, at least one non-blank character) is
-    # checked by the validator below, which says precisely what is wrong; it is in the schema so
-    # clients and fuzzers know it.
-    content: (
-        Annotated[
-            str, Field(min_length=1, json_schema_extra={"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"})
-        ]
-        | dict[str, JsonValue]
-        | list[JsonValue]
-    ) = Field(description="Text, or a JSON object or array returned exactly as posted.")
+    # aiResponse objects).
+    content: Annotated[Content, PlainValidator(_content), WithJsonSchema(_CONTENT_SCHEMA)]
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
-        default=None, max_length=64, description="Flat key/value labels kept with the message."
+        default=None,
+        max_length=64,
+        description="Flat labels (strings, numbers, booleans, null) kept with the message.",
     )
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: Content) -> Content:
-        if isinstance(value, str):
-            if not value.strip():
-                raise ValueError("content must not be blank")
-            if "\x00" in value:
-                raise ValueError("content must not contain NUL characters")
-        else:
-            _check_json(value)
-        return value
 
 
 class AppendMessagesIn(BaseModel):

@@ -60,11 +60,20 @@ async def test_unknown_conversation_is_404(api: App, path: str) -> None:
     assert (await api.client.delete("/conversations/nope")).status_code == 404
 
 
-def _nested(depth: int) -> list[Any]:
+def _nested(levels: int) -> list[Any]:
+    """``levels`` arrays, each inside the next."""
     value: list[Any] = []
-    for _ in range(depth):
+    for _ in range(levels - 1):
         value = [value]
     return value
+
+
+async def test_json_content_may_nest_64_levels(api: App) -> None:
+    for content in (_nested(64), {"a": _nested(63)}):
+        response = await api.client.post(
+            "/conversations/deep/messages", json={"messages": [{"role": "user", "content": content}]}
+        )
+        assert response.status_code == 201, response.text
 
 
 @pytest.mark.parametrize(
@@ -72,10 +81,11 @@ def _nested(depth: int) -> list[Any]:
     [
         ({"messages": []}, 422, "at least 1 item"),
         ({"messages": [{"role": "robot", "content": "x"}]}, 422, "role"),
-        ({"messages": [{"role": "user", "content": ""}]}, 422, "at least 1 character"),
+        ({"messages": [{"role": "user", "content": ""}]}, 422, "empty or blank"),
         ({"messages": [{"role": "user", "content": "   "}]}, 422, "blank"),
         ({"messages": [{"role": "user", "content": "a\u0000b"}]}, 422, "NUL"),
-        ({"messages": [{"role": "user", "content": 5}]}, 422, "string"),
+        ({"messages": [{"role": "user", "content": 5}]}, 422, "a string, a JSON object or a JSON array"),
+        ({"messages": [{"role": "user", "content": "a\udb0eb"}]}, 422, "unpaired surrogate"),
         ({"messages": [{"role": "user", "content": "x", "extra": 1}]}, 422, "Extra inputs"),
         ({"messages": "hi"}, 422, "list"),
         ({}, 422, "Field required"),
@@ -88,7 +98,8 @@ def _nested(depth: int) -> list[Any]:
         ({"messages": [{"role": "user", "content": [2**64]}]}, 422, "64-bit range"),
         ({"messages": [{"role": "user", "content": {"k\udb0e": 1}}]}, 422, "unpaired surrogate"),
         ({"messages": [{"role": "user", "content": ["\udb0e"]}]}, 422, "unpaired surrogate"),
-        ({"messages": [{"role": "user", "content": _nested(70)}]}, 422, "deeper than 64"),
+        ({"messages": [{"role": "user", "content": _nested(65)}]}, 422, "deeper than 64"),
+        ({"messages": [{"role": "user", "content": {"a": _nested(64)}}]}, 422, "deeper than 64"),
         ({"messages": [{"role": "user", "content": None}]}, 422, "content"),
         (
             {"messages": [{"role": "user", "content": "x"}], "metadata": {"k": 2**64}},

@@ -158,3 +158,14 @@ def test_config_rejects_bad_parameters() -> None:
         RollingBlocksConfig(window=0)
     with pytest.raises(ValidationError, match="max_summaries"):
         RollingBlocksConfig(max_summaries=0)
+
+
+def test_fallback_shows_json_content_compactly_not_cut_at_a_period() -> None:
+    messages = [
+        Message(0, 0, "user", {"query": "Kyoto? Nara.", "n": 2}),
+        Message(1, 0, "assistant", {"answer": "Reply number 8. More text here."}),
+    ]
+    assert RollingBlocksPolicy(RollingBlocksConfig()).fallback(_job(messages, 1000)) == (
+        'Interactions 1-1:\n#0 user: {"query":"Kyoto? Nara.","n":2}\n'
+        '#1 assistant: {"answer":"Reply number 8. More text here."}'
+    )

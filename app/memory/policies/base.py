@@ -100,9 +100,18 @@ def key_sentence(content: str, limit: int) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
-def message_line(message: Message, sentence_chars: int) -> str:
-    """``#seq role: key sentence``: one line of an extractive summary."""
-    return f"#{message.sequence} {message.role}: {key_sentence(message.text, sentence_chars)}"
+def gist(message: Message, limit: int) -> str:
+    """A message in at most ``limit`` characters: the first sentence of text, or the start of
+    JSON content (whose '.' or '!' inside strings end no sentence)."""
+    if isinstance(message.content, str):
+        return key_sentence(message.content, limit)
+    flat = message.text
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def message_line(message: Message, limit: int) -> str:
+    """``#seq role: gist``: one line of an extractive summary."""
+    return f"#{message.sequence} {message.role}: {gist(message, limit)}"
 
 
 def keep_newest(lines: Sequence[str], max_chars: int) -> str:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.memory.policies.base import DATA_NOT_INSTRUCTIONS, key_sentence, render_messages
+from app.memory.policies.base import DATA_NOT_INSTRUCTIONS, gist, render_messages
 from app.memory.types import ContextSpec, ConversationState, Prompt, SummaryJob, SummaryPlan, Trigger
 
 KIND = "block"
@@ -100,6 +100,6 @@ class RollingBlocksPolicy:
         prefixes = [f"#{m.sequence} {m.role}: " for m in job.messages]
         per_sentence = max(8, (room - sum(len(p) + 1 for p in prefixes)) // count)
         lines = [header]
-        lines += [p + key_sentence(m.text, per_sentence) for p, m in zip(prefixes, job.messages, strict=True)]
+        lines += [p + gist(m, per_sentence) for p, m in zip(prefixes, job.messages, strict=True)]
         text = "\n".join(lines)
         return text if len(text) <= job.max_chars else text[: job.max_chars - 1].rstrip() + "…"
