@@ -7,10 +7,11 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 
-from app.settings import SettingsError, load_settings
+from app.settings import Settings, SettingsError, load_settings
 
 logger = logging.getLogger("app")
 
@@ -32,6 +33,22 @@ def _migrate_when_reachable(url: str, migrate: Callable[[str], None], wait_secon
             delay = min(delay * 2, 5.0)
 
 
+def uvicorn_options(settings: Settings, http: str = "auto") -> dict[str, Any]:
+    """What `serve` passes to uvicorn besides the app, host, port and workers: the edge limits
+    (app.edge) uvicorn does not have, and its own timeouts and limits from the settings."""
+    from app.edge import MAX_HEAD_BYTES, http_protocol
+
+    return {
+        "http": http_protocol(http, settings),
+        # uvicorn annotates it as int, but hands it to loop.call_later, which takes any float.
+        "timeout_keep_alive": settings.MEMORY_KEEPALIVE_TIMEOUT_SECONDS,
+        "limit_concurrency": settings.MEMORY_MAX_CONNECTIONS,
+        "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        "access_log": False,
+        "log_config": None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memory-service", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--no-migrate", action="store_true", help="skip `alembic upgrade head`")
+    serve.add_argument(
+        "--http",
+        choices=["auto", "httptools", "h11"],
+        default="auto",
+        help="uvicorn's HTTP/1.1 implementation (auto: httptools)",
+    )
     sub.add_parser("migrate", help="apply migrations and exit")
     args = parser.parse_args(argv)
 
@@ -71,23 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     if settings.DATABASE_URL is None and args.workers > 1:
         print("memory-service: --workers > 1 needs DATABASE_URL", file=sys.stderr)
         return 2
+    options = uvicorn_options(settings, args.http)
     if args.workers > 1:
-        uvicorn.run(
-            "app.main:app",
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            access_log=False,
-            log_config=None,
-        )
+        # Each worker process builds its app from the environment (app.main:app).
+        uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers, **options)
     else:
-        uvicorn.run(
-            create_app(settings),
-            host=args.host,
-            port=args.port,
-            access_log=False,
-            log_config=None,
-        )
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, **options)
     return 0
 
 

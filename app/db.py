@@ -1,10 +1,14 @@
-"""Engine set-up, the embedded PostgreSQL fallback and migrations."""
+"""Engine set-up, the embedded PostgreSQL fallback, migrations, and what a database error
+means for a request (unavailable, or a bug)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import asyncpg
@@ -13,8 +17,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.settings import Settings, normalize_database_url
@@ -82,13 +88,23 @@ def resolve_database_url(settings: Settings) -> str:
     return start_embedded_postgres(settings.MEMORY_EMBEDDED_PGDATA)
 
 
+def connection_budget(settings: Settings) -> int:
+    """The most connections one process opens: the engine's pool and overflow, plus the read
+    pool. (A statement that times out also opens a short-lived connection to cancel it, which
+    holds no server session.)"""
+    return settings.DATABASE_POOL_SIZE + settings.DATABASE_MAX_OVERFLOW + settings.DATABASE_READ_POOL_SIZE
+
+
 def create_engine(url: str, settings: Settings) -> AsyncEngine:
     connect_args: dict[str, Any] = {
+        # Bounds connecting (TCP, start-up, authentication) to a server that does not answer.
         "timeout": settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+        # Client-side, per statement: also fires when the server is frozen or unreachable, which
+        # a server-side statement_timeout never does.
         "command_timeout": settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
         "server_settings": SERVER_SETTINGS,
     }
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=settings.DATABASE_POOL_SIZE,
         max_overflow=settings.DATABASE_MAX_OVERFLOW,
@@ -96,33 +112,218 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
         # No pre-ping: with asyncpg it costs BEGIN + ";" + ROLLBACK on every checkout. Dead
         # connections (a database restart) surface as connection errors instead, which answer
-        # 503 and replace the pool (app.main), so the service recovers by itself.
+        # 503 and make the pool replace its connections (_on_engine_error), so the service
+        # recovers by itself.
         pool_pre_ping=False,
+        # Statement parameters are message content: keep them out of exceptions and SQL logs.
+        hide_parameters=True,
         connect_args=connect_args,
     )
+    event.listen(engine.sync_engine, "handle_error", _on_engine_error)
+    return engine
+
+
+def _on_engine_error(context: ExceptionContext) -> None:
+    """Tell the pool which errors leave a connection unusable.
+
+    - The connection is lost or the server is going away (restart, failover): this connection
+      is closed and every older one is replaced on its next checkout (the whole pool is
+      suspect; without a pre-ping this is how it heals).
+    - A statement timed out: only this connection is closed, at once. Kept, it would first
+      wait for the server to acknowledge the cancel (ROLLBACK, return to the pool), which a
+      frozen server never does. The rest of the pool is left alone: a slow statement says
+      nothing about the other connections.
+    SQLAlchemy already does the first for the errors asyncpg reports on a closed connection.
+    """
+    failure = classify_db_error(context.original_exception)
+    if failure is None:
+        return
+    if failure.connection_lost:
+        context.is_disconnect = True
+    elif isinstance(failure.cause, TimeoutError) and context.connection is not None:
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = False
+
+
+class BoundedPool(asyncpg.Pool):  # type: ignore[misc]  # asyncpg has no type information
+    """An asyncpg pool whose every acquire() waits at most ``acquire_timeout`` for a
+    connection (connecting a new one included) unless told otherwise, and whose release() of a
+    connection whose statement timed out waits at most ``release_timeout`` for the server to
+    acknowledge the cancel before dropping that connection. asyncpg's own defaults wait
+    forever for a free connection, and for a cancel as long as the acquire's timeout."""
+
+    __slots__ = ("_acquire_timeout", "_release_timeout")
+
+    def __init__(self, *args: Any, acquire_timeout: float, release_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._acquire_timeout = acquire_timeout
+        self._release_timeout = release_timeout
+
+    def acquire(self, *, timeout: float | None = None) -> Any:
+        return super().acquire(timeout=self._acquire_timeout if timeout is None else timeout)
+
+    async def release(self, connection: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await super().release(connection, timeout=self._release_timeout if timeout is None else timeout)
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:
     """The read pool only runs single autocommit statements: nothing to reset between uses."""
 
 
-async def create_read_pool(url: str, settings: Settings) -> asyncpg.Pool:
-    """A plain asyncpg pool for the hot read path (GET context), sized like the engine's.
+# How long returning a connection whose statement timed out waits for the server to confirm the
+# cancel (milliseconds when it is up); past it the connection is closed instead.
+READ_POOL_RELEASE_TIMEOUT_SECONDS = 1.0
 
-    A connection that breaks (database restart) is closed and replaced by the pool on its
-    next use, so no ping is needed here either.
+
+async def create_read_pool(url: str, settings: Settings) -> asyncpg.Pool:
+    """A plain asyncpg pool for the hot read path (GET context): DATABASE_READ_POOL_SIZE
+    connections at most, opened as needed (one at start-up).
+
+    Every acquire is bounded by DATABASE_CONNECT_TIMEOUT_SECONDS (a TimeoutError, answered 503)
+    and every statement by DATABASE_STATEMENT_TIMEOUT_SECONDS. A connection that breaks
+    (database restart) is closed and replaced by the pool on its next use, so no ping is needed.
     """
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    pool: asyncpg.Pool = await asyncpg.create_pool(
+    pool = BoundedPool(
         dsn,
+        acquire_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+        release_timeout=min(READ_POOL_RELEASE_TIMEOUT_SECONDS, settings.DATABASE_CONNECT_TIMEOUT_SECONDS),
+        # asyncpg.create_pool's arguments, spelled out: it cannot build a subclass.
         min_size=1,
-        max_size=settings.DATABASE_POOL_SIZE,
+        max_size=settings.DATABASE_READ_POOL_SIZE,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        connect=None,
+        setup=None,
+        init=None,
+        reset=_no_reset,
+        loop=None,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
         timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
         command_timeout=settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
         server_settings=SERVER_SETTINGS,
-        reset=_no_reset,
     )
+    await pool  # opens min_size connections
     return pool
+
+
+# ---- what a database error means -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseUnavailable:
+    """A database error that is no bug of ours: the request may succeed if retried (503).
+
+    ``cause`` is the exception that decided it; ``connection_lost`` says the connection (and
+    likely the pool's others) is gone, as opposed to the database being busy: a timeout, no
+    free connection, max_connections reached, a statement cancelled.
+    """
+
+    cause: BaseException
+    connection_lost: bool
+
+
+class _Kind(enum.Enum):
+    LOST = enum.auto()
+    BUSY = enum.auto()
+
+
+# SQLSTATEs: the server is going away or not accepting connections yet (admin/crash shutdown,
+# "the database system is starting up / shutting down"), or too busy for us.
+_LOST_SQLSTATES = {"57P01", "57P02", "57P03"}
+_BUSY_SQLSTATES = {
+    "53300",  # too_many_connections (max_connections, or a role's or database's CONNECTION LIMIT)
+    "57014",  # query_canceled (statement_timeout, a cancel)
+}
+_DRIVER_MODULES = ("asyncpg", "sqlalchemy")
+# The standard library's networking under the driver (uvloop's is C, with no frames).
+_IO_MODULES = ("asyncio", "socket", "ssl", "selectors", "contextlib")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, what SQLAlchemy wrapped (``orig``) and the explicit causes below them."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo and len(seen) < 8:
+        current = todo.pop(0)
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        todo.extend([getattr(current, "orig", None), current.__cause__])
+    return seen
+
+
+def _raised_in_driver(exc: BaseException) -> bool:
+    """Whether the innermost frame that raised ``exc``, past the standard library's socket and
+    event-loop code, is the driver's (asyncpg, or SQLAlchemy's pool and dialect)."""
+    modules: list[str] = []
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        modules.append(str(tb.tb_frame.f_globals.get("__name__", "")))
+        tb = tb.tb_next
+    for module in reversed(modules):
+        if not module.startswith(_IO_MODULES):
+            return module.startswith(_DRIVER_MODULES)
+    return False
+
+
+def _kind(exc: BaseException) -> _Kind | None:
+    if isinstance(exc, PoolTimeoutError | TimeoutError):
+        return _Kind.BUSY  # no connection free in time, or a connect/statement timeout
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(exc, asyncpg.PostgresError):
+        if isinstance(exc, asyncpg.PostgresConnectionError) or sqlstate in _LOST_SQLSTATES:
+            return _Kind.LOST  # class 08 (connection exception) and the shutdown states
+        if sqlstate in _BUSY_SQLSTATES:
+            return _Kind.BUSY
+        return None
+    if isinstance(exc, asyncpg.InterfaceError):
+        message = str(exc)
+        if "closed" in message:  # "connection is closed", "connection was closed in the middle"
+            return _Kind.LOST
+        if "cancelling" in message:  # reused while a timed-out statement's cancel is pending
+            return _Kind.BUSY
+        return None
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return _Kind.LOST
+    # Refused, reset, unreachable, a missing Unix socket, TLS failures: OSErrors the driver
+    # raises are connection failures. The same classes raised by anything else (a missing file)
+    # say nothing about the database.
+    if isinstance(exc, OSError) and _raised_in_driver(exc):
+        return _Kind.LOST
+    return None
+
+
+def classify_db_error(exc: BaseException) -> DatabaseUnavailable | None:
+    """Whether ``exc`` means the database is unavailable (retry: 503), or None: a bug or bad
+    data (500). A lost connection anywhere in the chain wins over a busy database."""
+    found: DatabaseUnavailable | None = None
+    for link in _chain(exc):
+        kind = _kind(link)
+        if kind is _Kind.LOST:
+            return DatabaseUnavailable(cause=link, connection_lost=True)
+        if kind is _Kind.BUSY and found is None:
+            found = DatabaseUnavailable(cause=link, connection_lost=False)
+    return found
+
+
+def is_database_error(exc: BaseException) -> bool:
+    return isinstance(exc, SQLAlchemyError | asyncpg.PostgresError | asyncpg.InterfaceError)
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """Exception classes and SQLSTATE, never a message: the messages of PostgreSQL and asyncpg
+    may quote values (``invalid input syntax for type integer: "..."``, ``DETAIL: Failing row
+    contains (...)``, ``invalid input for query argument $1: '...'``), which can be message
+    content. E.g. ``DBAPIError <- CheckViolationError (SQLSTATE 23514)``."""
+    parts = []
+    for link in _chain(exc):
+        sqlstate = getattr(link, "sqlstate", None)
+        name = type(link).__name__
+        parts.append(f"{name} (SQLSTATE {sqlstate})" if isinstance(sqlstate, str) else name)
+    # SQLAlchemy's wrapper of the asyncpg error repeats its name: say it once.
+    return " <- ".join(dict.fromkeys(parts))
 
 
 def alembic_config(url: str) -> Config:

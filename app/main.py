@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,19 +13,29 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from app.api import context, conversations, health, ops
-from app.api.deps import api_key_digests
 from app.db import (
+    classify_db_error,
     create_engine,
     create_read_pool,
+    describe_db_error,
     head_revision,
+    is_database_error,
     release_embedded_postgres,
     resolve_database_url,
+)
+from app.edge import (
+    EdgeMiddleware,
+    docs_served,
+    internal_error_handler,
+    internal_error_payload,
+    request_id_of,
 )
 from app.errors import AppError
 from app.memory.breaker import CircuitBreaker
@@ -47,6 +58,7 @@ def build_model(settings: Settings) -> ChatModel | None:
             base_url=settings.OPENAI_BASE_URL,
             timeout_seconds=settings.MEMORY_LLM_TIMEOUT_SECONDS,
             max_retries=settings.MEMORY_LLM_MAX_RETRIES,
+            call_timeout_seconds=settings.MEMORY_LLM_CALL_TIMEOUT_SECONDS,
         )
     return None
 
@@ -81,7 +93,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_page_bytes=settings.MEMORY_MAX_PAGE_BYTES,
                 max_metadata_bytes=settings.MEMORY_MAX_METADATA_BYTES,
                 max_metadata_keys=settings.MEMORY_MAX_METADATA_KEYS,
-                read_acquire_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
             ),
             backoff=Backoff(
                 base_seconds=settings.MEMORY_SUMMARY_BACKOFF_SECONDS,
@@ -122,9 +133,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Rounds in, bounded context out: summaries made by a memory policy per "
         "conversation (sliding window, rolling blocks), with a gap fallback.",
         lifespan=lifespan,
+        # A redirect to the slash-less path would build its Location from the Host header.
+        redirect_slashes=False,
+        docs_url="/docs" if docs_served(settings) else None,
+        redoc_url="/redoc" if docs_served(settings) else None,
+        openapi_url="/openapi.json" if docs_served(settings) else None,
     )
     app.state.settings = settings
-    app.state.api_key_digests = api_key_digests(settings)
+    # API keys, body limit, request ids and JSON 500s, before FastAPI reads a body (app.edge).
+    app.add_middleware(EdgeMiddleware, settings=settings)
+    app.add_exception_handler(Exception, internal_error_handler)
     app.state.head_revision = head_revision()
     errors: dict[int | str, dict[str, Any]] = {
         400: {"description": "The body could not be parsed"},
@@ -139,19 +157,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
-            # Starlette lists only the first matching route's method; list them all.
-            methods = sorted(
-                {
-                    method
-                    for route in app.routes
-                    if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
-                    for method in route.methods or ()
-                }
-            )
             return JSONResponse(
                 status_code=405,
                 content={"detail": "Method Not Allowed", "code": "method_not_allowed"},
-                headers={"Allow": ", ".join(methods)},
+                headers={"Allow": ", ".join(allowed_methods(app, request.scope))},
             )
         return JSONResponse(
             status_code=exc.status_code,
@@ -170,6 +179,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            # The body is not JSON at all: 400, as documented, not a 422 about its fields.
+            return JSONResponse(
+                status_code=400,
+                content={"detail": "the request body is not valid JSON", "code": "bad_request"},
+            )
         errors = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
@@ -179,18 +194,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(DBAPIError)
     @app.exception_handler(PoolTimeoutError)
     @app.exception_handler(OSError)
-    @app.exception_handler(asyncpg.PostgresConnectionError)
+    @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
-    @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)
     async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
-        # Connection-level failures (DB restarting, unreachable, pool exhausted) are transient:
-        # answer 503 at once so clients retry, instead of hanging or a bare 500.
-        if isinstance(exc, DBAPIError) and not _is_connection_error(exc):
-            raise exc
-        logger.warning("Database unavailable: %s", type(exc).__name__)
-        # The pool does not ping connections on checkout (a ping costs three round trips), so
-        # after a database restart its connections are dead: replace them all at once.
-        await request.app.state.engine.dispose()
+        # The database being unavailable (restarting, unreachable, max_connections, no pooled
+        # connection free in time, a statement timed out) is transient: answer 503 at once so
+        # clients retry, instead of hanging or a bare 500. The engine itself replaces the
+        # connections a lost connection condemns (app.db._on_engine_error); a busy database
+        # keeps its healthy pool.
+        failure = classify_db_error(exc)
+        if failure is None:
+            if not is_database_error(exc):
+                raise exc  # e.g. a missing file: a bug, the usual 500
+            return _db_bug(request, exc)
+        logger.warning(
+            "Database unavailable (%s) on %s %s: answering 503",
+            describe_db_error(failure.cause),
+            request.method,
+            request.url.path,
+        )
         return JSONResponse(
             status_code=503,
             content={"detail": "database unavailable, retry shortly", "code": "unavailable"},
@@ -200,11 +222,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route answers on this path: Starlette's 405 names only the first
+    matching route's. Asked through each route's own matching, so included routers count."""
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in app.router.routes)
+    ]
+
+
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
-def _is_connection_error(exc: DBAPIError) -> bool:
-    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+def _db_bug(request: Request, exc: Exception) -> JSONResponse:
+    """A database error that is no outage (a constraint, bad SQL): the usual JSON 500, logged
+    without the error's messages at any level, as they may quote values, i.e. message content
+    (``DETAIL: Failing row contains (...)``). The stack says where it happened."""
+    request_id = request_id_of(request.scope)
+    logger.error(
+        "Database error on %s %s (request_id=%s): %s\n%s",
+        request.method,
+        request.url.path,
+        request_id,
+        describe_db_error(exc),
+        "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+    )
+    return JSONResponse(status_code=500, content=internal_error_payload(request_id))
 
 
 def app_from_env() -> FastAPI:

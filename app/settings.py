@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -51,7 +52,8 @@ class Settings(BaseSettings):
     DATABASE_READ_POOL_SIZE: int = Field(default=10, ge=1, le=500)
     DATABASE_MAX_OVERFLOW: int = Field(default=5, ge=0, le=500)
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
-    DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
+    # Client-side (asyncpg command_timeout): also bounds a statement on a frozen server.
+    DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=60.0, ge=0)
 
     MEMORY_POLICY: str = Field(
@@ -182,19 +184,36 @@ class Settings(BaseSettings):
         """Map of API key -> tenant id, parsed from MEMORY_API_KEYS."""
         if self.MEMORY_API_KEYS is None:
             return {}
-        keys: dict[str, str] = {}
-        for item in self.MEMORY_API_KEYS.get_secret_value().split(","):
-            item = item.strip()
-            if not item:
-                continue
-            tenant, sep, key = item.partition(":")
-            if not sep or not tenant or len(key) < 16:
-                raise ValueError(
-                    "MEMORY_API_KEYS must be comma-separated tenant:key pairs "
-                    "with keys of at least 16 characters"
-                )
-            keys[key] = tenant
-        return keys
+        return _parse_api_keys(self.MEMORY_API_KEYS.get_secret_value())
+
+
+# A tenant is stored in conversations.tenant_id (VARCHAR(64)) and shows up in logs and ops
+# queries: 1-64 letters, digits and . _ - (':' separates it from its key), starting with a
+# letter or digit.
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _parse_api_keys(value: str) -> dict[str, str]:
+    """``tenant:key,tenant:key`` -> {key: tenant}. Errors say which pair is wrong by position,
+    never echoing a key (a swapped pair would put the key where the tenant goes)."""
+    keys: dict[str, str] = {}
+    for position, item in enumerate((i for i in value.split(",") if i.strip()), start=1):
+        tenant, sep, key = (part.strip() for part in item.partition(":"))
+        if not sep or not tenant or len(key) < 16:
+            raise ValueError(
+                "MEMORY_API_KEYS must be comma-separated tenant:key pairs "
+                f"with keys of at least 16 characters (pair #{position} is not)"
+            )
+        if not TENANT_PATTERN.fullmatch(tenant):
+            raise ValueError(
+                f"MEMORY_API_KEYS: the tenant of pair #{position} is not 1-64 letters, digits "
+                "and . _ - starting with a letter or digit"
+                + (f" (it has {len(tenant)} characters)" if len(tenant) > 64 else "")
+            )
+        if keys.get(key, tenant) != tenant:
+            raise ValueError(f"MEMORY_API_KEYS: pair #{position} reuses the key of another tenant")
+        keys[key] = tenant
+    return keys
 
 
 def _parse_policy_setting(value: str) -> PolicyConfig:

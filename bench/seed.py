@@ -255,8 +255,18 @@ class Seeder:
                 role, pick = self._pick(index, seq)
                 rnd = round_of(seq)
                 # the messages of a round share created_at (one transaction), as the service's do
+                content = contents[role][pick]
                 msg_rows.append(
-                    (seed.conversation_id, seq, rnd, role, contents[role][pick], None, t0 + step * rnd)
+                    (
+                        seed.conversation_id,
+                        seq,
+                        rnd,
+                        role,
+                        content,
+                        None,
+                        len(content.encode()),
+                        t0 + step * rnd,
+                    )
                 )
             plans.append((index, seed, self.memories(seed), t0))
         total_memories = sum(len(planned) for _, _, planned, _ in plans)
@@ -318,7 +328,16 @@ class Seeder:
             await conn.copy_records_to_table(
                 "messages",
                 records=msg_rows,
-                columns=["conversation_id", "sequence", "round", "role", "content", "metadata", "created_at"],
+                columns=[
+                    "conversation_id",
+                    "sequence",
+                    "round",
+                    "role",
+                    "content",
+                    "metadata",
+                    "content_bytes",
+                    "created_at",
+                ],
             )
             if mem_rows:
                 await conn.copy_records_to_table(

@@ -1,7 +1,9 @@
 """A real HTTP server speaking the OpenAI Chat Completions API, for tests and benchmarks.
 
 The service's real ``openai`` client talks to it over loopback. A test can hold calls (they wait
-until released), fail them with a status code (and Retry-After), or let them answer at once.
+until released), fail them with a status code (and Retry-After, and an error message of its
+choice), let them answer at once, or make them trickle: headers at once, then the body a byte at a
+time (``trickle_seconds`` apart), as a wedged upstream does; no per-read timeout ever fires.
 It answers any prompt: what a call is for comes from the service's ``X-Memory-Job`` header (the
 memory row, its kind and range), never from the prompt's prose, and each answer names the range
 it was asked for, so tests can check what the service sent.
@@ -32,6 +34,7 @@ class Call:
     status: int = 200
     retry_after: str | None = None
     answer: str | None = None
+    error_message: str | None = None
 
     @property
     def system(self) -> str:
@@ -59,11 +62,16 @@ class Call:
 class _Failure:
     status: int
     retry_after: str | None
+    message: str | None = None
 
 
 class FakeLLM:
     def __init__(self, latency_seconds: float = 0.0) -> None:
         self.latency_seconds = latency_seconds
+        # Seconds between the bytes of each reply's body (0: all at once). Trickling replies stop
+        # (the connection is closed) on reset() or stop().
+        self.trickle_seconds = 0.0
+        self._trickle_abort = threading.Event()
         self.calls: list[Call] = []
         self.hold = False
         self._failures: list[_Failure] = []
@@ -90,7 +98,12 @@ class FakeLLM:
                     headers = {"retry-after": call.retry_after} if call.retry_after else {}
                     self._reply(
                         call.status,
-                        {"error": {"message": f"injected {call.status}", "type": "fake"}},
+                        {
+                            "error": {
+                                "message": call.error_message or f"injected {call.status}",
+                                "type": "fake",
+                            }
+                        },
                         headers,
                     )
                     return
@@ -110,7 +123,19 @@ class FakeLLM:
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                interval, abort = fake.trickle_seconds, fake._trickle_abort
+                if not interval:
+                    self.wfile.write(data)
+                    return
+                try:
+                    for i in range(len(data)):
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                        if abort.wait(interval):
+                            break
+                except OSError:  # the client gave up and closed the connection
+                    pass
+                self.close_connection = True
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -127,6 +152,7 @@ class FakeLLM:
 
     def stop(self) -> None:
         self.release_all()
+        self._trickle_abort.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -137,11 +163,22 @@ class FakeLLM:
             self._failures.clear()
             self.hold = False
             self.latency_seconds = 0.0
+            self.trickle_seconds = 0.0
+            self._trickle_abort.set()  # ends replies still trickling; new ones get a new event
+            self._trickle_abort = threading.Event()
 
-    def fail_next(self, count: int = 1, *, status: int = 500, retry_after: str | None = None) -> None:
-        """The next ``count`` calls answer ``status`` (after being released, if held)."""
+    def fail_next(
+        self,
+        count: int = 1,
+        *,
+        status: int = 500,
+        retry_after: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """The next ``count`` calls answer ``status`` (after being released, if held), with
+        ``message`` as the error's message (default ``injected <status>``)."""
         with self._cond:
-            self._failures.extend(_Failure(status, retry_after) for _ in range(count))
+            self._failures.extend(_Failure(status, retry_after, message) for _ in range(count))
 
     def _register(self, body: dict[str, Any], job: dict[str, Any]) -> Call:
         with self._cond:
@@ -149,6 +186,7 @@ class FakeLLM:
             if self._failures:
                 failure = self._failures.pop(0)
                 call.status, call.retry_after = failure.status, failure.retry_after
+                call.error_message = failure.message
             if not self.hold:
                 call.released.set()
             self.calls.append(call)

@@ -4,7 +4,9 @@ Each summary is an asyncio task (a reference is kept until it ends). At most
 ``max_concurrent`` run at once; up to ``max_pending`` more may wait for a slot, and past that
 ``has_capacity()`` is False so the service does not start new ones (the next round retries).
 A maintenance loop renews the leases of the rows this process owns (so no reaper fails them)
-and reaps expired leases left by dead workers.
+and reaps expired leases left by dead workers. A summary that has run longer than
+``max_run_seconds`` (the model call's own bound plus a margin: it can only be wedged) is no
+longer renewed, so its lease runs out and a reaper on any replica fails its row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
+
+# Beyond the model call's bound (MEMORY_LLM_CALL_TIMEOUT_SECONDS), what a summary may spend on its
+# few statements (each bounded by DATABASE_STATEMENT_TIMEOUT_SECONDS) before it counts as wedged.
+RUN_LIMIT_MARGIN_SECONDS = 60.0
+# The default run limit: the default call bound (180 s) plus the margin.
+DEFAULT_MAX_RUN_SECONDS = 180.0 + RUN_LIMIT_MARGIN_SECONDS
 
 
 class SummaryRunner:
@@ -25,14 +33,20 @@ class SummaryRunner:
         max_concurrent: int,
         max_pending: int,
         maintenance_interval: float,
+        max_run_seconds: float | None = DEFAULT_MAX_RUN_SECONDS,
     ) -> None:
         self._work = work
         self._maintenance = maintenance
         self.max_concurrent = max_concurrent
         self.max_pending = max_pending
         self._interval = maintenance_interval
+        # None: renew for as long as a summary runs.
+        self.max_run_seconds = max_run_seconds
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        # When each running summary got its slot (waiting for one does not count).
+        self._started: dict[int, float] = {}
+        self._overdue_logged: set[int] = set()
         self._running = 0
         self._maintainer: asyncio.Task[None] | None = None
         self.accepting = False
@@ -48,6 +62,28 @@ class SummaryRunner:
     def owned(self) -> list[int]:
         """Memory ids of the summaries this process is running or about to run."""
         return list(self._tasks)
+
+    def renewable(self) -> list[int]:
+        """The owned summaries whose leases to renew: all but those running past
+        ``max_run_seconds``, which are wedged (each is logged once)."""
+        if self.max_run_seconds is None:
+            return self.owned()
+        now = asyncio.get_running_loop().time()
+        keep = []
+        for memory_id in self._tasks:
+            started = self._started.get(memory_id)
+            if started is None or now - started <= self.max_run_seconds:
+                keep.append(memory_id)
+            elif memory_id not in self._overdue_logged:
+                self._overdue_logged.add(memory_id)
+                logger.warning(
+                    "Summary %d has run %.0fs, past its limit of %.0fs: no longer renewing its "
+                    "lease, so a reaper fails it",
+                    memory_id,
+                    now - started,
+                    self.max_run_seconds,
+                )
+        return keep
 
     def has_capacity(self) -> bool:
         return self.accepting and len(self._tasks) < self.max_concurrent + self.max_pending
@@ -65,15 +101,18 @@ class SummaryRunner:
     async def _run(self, memory_id: int) -> None:
         async with self._slots:
             self._running += 1
+            self._started[memory_id] = asyncio.get_running_loop().time()
             try:
                 await self._work(memory_id)
             finally:
                 self._running -= 1
+                self._started.pop(memory_id, None)
+                self._overdue_logged.discard(memory_id)
 
     async def _maintain_forever(self) -> None:
         while True:
             try:
-                await self._maintenance(self.owned())
+                await self._maintenance(self.renewable())
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -16,6 +16,7 @@ import asyncpg
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db import describe_db_error, is_database_error
 from app.errors import Conflict, NotFound, PayloadTooLarge
 from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel
@@ -28,7 +29,7 @@ from app.memory.policies import (
     policy_dump,
     resolve,
 )
-from app.memory.runner import SummaryRunner
+from app.memory.runner import RUN_LIMIT_MARGIN_SECONDS, SummaryRunner
 from app.memory.types import ConversationState, SummaryJob, SummaryPlan, Trigger
 from app.repositories import conversations, idempotency, memory, messages
 from app.repositories.memory import Backoff
@@ -46,7 +47,6 @@ class Limits:
     max_page_bytes: int
     max_metadata_bytes: int
     max_metadata_keys: int
-    read_acquire_timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +109,10 @@ class MemoryService:
             max_concurrent=max_concurrent,
             max_pending=max_pending,
             maintenance_interval=min(maintenance_interval, lease_seconds / 3),
+            # Past the model call's own bound a summary can only be wedged: stop renewing its
+            # lease so that any replica's reaper fails it.
+            max_run_seconds=(model.call_timeout_seconds if model is not None else 0.0)
+            + RUN_LIMIT_MARGIN_SECONDS,
         )
 
     @property
@@ -403,7 +407,8 @@ class MemoryService:
             await self._mark_failed(memory_id, "interrupted by shutdown", started, backoff=None)
             raise
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            # A database error's message may quote parameter values (message content).
+            reason = describe_db_error(exc) if is_database_error(exc) else f"{type(exc).__name__}: {exc}"
             logger.warning("Summary %d failed: %s", memory_id, reason)
             await self._mark_failed(memory_id, reason, started, backoff=self.backoff)
 
@@ -469,7 +474,6 @@ class MemoryService:
             tenant_id=tenant_id,
             max_messages=self.limits.max_context_messages,
             max_bytes=self.limits.max_context_bytes,
-            acquire_timeout=self.limits.read_acquire_timeout,
         )
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found")

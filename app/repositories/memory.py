@@ -369,12 +369,12 @@ async def context_json(
     tenant_id: str,
     max_messages: int,
     max_bytes: int,
-    acquire_timeout: float,
 ) -> str | None:
     """The context response as JSON text, or None for an unknown conversation. The raw part is
     capped to the newest ``max_messages`` messages and ``max_bytes`` of content (flagged as
-    truncated, with the omitted range)."""
-    async with pool.acquire(timeout=acquire_timeout) as conn:
+    truncated, with the omitted range). The pool bounds the wait for a connection
+    (app.db.BoundedPool)."""
+    async with pool.acquire() as conn:
         result: str | None = await conn.fetchval(
             CONTEXT_SQL, conversation_id, tenant_id, max_messages, max_bytes
         )

@@ -1,4 +1,5 @@
-"""The service as a separate OS process (uvicorn), for multi-replica, kill -9 and SIGTERM tests."""
+"""The service as a separate OS process, started with the real command (`memory-service serve`),
+for multi-replica, kill -9, SIGTERM and socket-level tests."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -24,25 +26,25 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log_path = log
         self._log: IO[bytes] = log.open("ab")
         full_env = {**os.environ, **env}
+        # The test database is migrated once per run, so each server skips the migration.
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "uvicorn",
-                "app.main:app",
+                "app.cli",
+                "serve",
+                "--no-migrate",
                 "--host",
                 "127.0.0.1",
                 "--port",
                 str(self.port),
-                "--no-access-log",
-                "--timeout-graceful-shutdown",
-                "30",
+                *args,
             ],
             cwd=ROOT,
             env=full_env,

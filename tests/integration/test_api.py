@@ -127,12 +127,31 @@ async def test_bad_bodies_get_precise_errors_and_write_nothing(
     assert await db.fetchval("SELECT count(*) FROM messages") == 0
 
 
-async def test_malformed_json_is_422(api: App) -> None:
+async def test_malformed_json_is_400(api: App) -> None:
     response = await api.client.post(
         "/conversations/c/messages", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert response.status_code == 422
-    assert "json_invalid" in response.text
+    assert response.status_code == 400
+    assert response.json() == {"detail": "the request body is not valid JSON", "code": "bad_request"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/conversations/x/context", "GET"),
+        ("PATCH", "/conversations/x", "GET, DELETE"),
+        ("PUT", "/conversations", "GET, POST"),
+        ("DELETE", "/conversations/x/messages", "GET, POST"),
+        ("GET", "/ops/conversations/x/summarize", "POST"),
+        ("GET", "/ops/memories/1/retry", "POST"),
+        ("POST", "/healthz", "GET"),
+    ],
+)
+async def test_405_lists_every_allowed_method(api: App, method: str, path: str, allow: str) -> None:
+    response = await api.client.request(method, path)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == allow
+    assert response.json()["code"] == "method_not_allowed"
 
 
 @pytest.mark.parametrize("cid", ["a" * 51, "has space", "-leading", "semi;colon", "%00"])
