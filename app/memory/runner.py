@@ -3,6 +3,10 @@
 Each summary is an asyncio task (a reference is kept until it ends). At most
 ``max_concurrent`` run at once; up to ``max_pending`` more may wait for a slot, and past that
 ``has_capacity()`` is False so the service does not start new ones (the next round retries).
+Tenants are served fairly: a free slot goes to the waiting tenant with the fewest summaries
+running (among equals, the one given a slot longest ago), and a tenant holding fewer than
+``max_concurrent`` summaries may submit one even when others have filled the queue, so one
+tenant's burst cannot hold back another's summaries.
 A maintenance loop renews the leases of the rows this process owns (so no reaper fails them)
 and reaps expired leases left by dead workers. A summary that has run longer than
 ``max_run_seconds`` (the model call's own bound plus a margin: it can only be wedged) is no
@@ -12,7 +16,9 @@ longer renewed, so its lease runs out and a reaper on any replica fails its row.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
@@ -42,7 +48,14 @@ class SummaryRunner:
         self._interval = maintenance_interval
         # None: renew for as long as a summary runs.
         self.max_run_seconds = max_run_seconds
-        self._slots = asyncio.Semaphore(max_concurrent)
+        self._free_slots = max_concurrent
+        # Per tenant, the summaries waiting for a slot: (arrival number, future to wake it).
+        self._queues: dict[str, deque[tuple[int, asyncio.Future[None]]]] = {}
+        self._arrivals = itertools.count()
+        self._running_by_tenant: Counter[str] = Counter()
+        # When each tenant was last given a slot, to take turns among tenants running as many.
+        self._grants = itertools.count()
+        self._last_granted: dict[str, int] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         # When each running summary got its slot (waiting for one does not count).
         self._started: dict[int, float] = {}
@@ -85,29 +98,84 @@ class SummaryRunner:
                 )
         return keep
 
-    def has_capacity(self) -> bool:
-        return self.accepting and len(self._tasks) < self.max_concurrent + self.max_pending
+    def has_capacity(self, tenant: str) -> bool:
+        """Whether a summary of ``tenant`` may be submitted: the queue has room, or others
+        filled it and the tenant holds fewer than ``max_concurrent`` summaries (its reserve, so
+        that the bound grows by at most ``max_concurrent`` per tenant)."""
+        if not self.accepting:
+            return False
+        if len(self._tasks) < self.max_concurrent + self.max_pending:
+            return True
+        held = self._running_by_tenant[tenant] + len(self._queues.get(tenant, ()))
+        return held < self.max_concurrent
 
     def start(self) -> None:
         self.accepting = True
         self._maintainer = asyncio.create_task(self._maintain_forever(), name="memory-maintenance")
 
-    def submit(self, memory_id: int) -> None:
+    def submit(self, memory_id: int, tenant: str) -> None:
         """Run the summary of ``memory_id`` in the background (its row is already committed)."""
-        task = asyncio.create_task(self._run(memory_id), name=f"summary-{memory_id}")
+        task = asyncio.create_task(self._run(memory_id, tenant), name=f"summary-{memory_id}")
         self._tasks[memory_id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(memory_id, None))
 
-    async def _run(self, memory_id: int) -> None:
-        async with self._slots:
-            self._running += 1
-            self._started[memory_id] = asyncio.get_running_loop().time()
-            try:
-                await self._work(memory_id)
-            finally:
-                self._running -= 1
-                self._started.pop(memory_id, None)
-                self._overdue_logged.discard(memory_id)
+    async def _acquire_slot(self, tenant: str) -> None:
+        """Take a slot for ``tenant``, waiting for one fairly; counted in _running_by_tenant."""
+        if self._free_slots > 0 and not self._queues:
+            self._free_slots -= 1
+            self._grant(tenant)
+            return
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (next(self._arrivals), woken)
+        self._queues.setdefault(tenant, deque()).append(entry)
+        try:
+            await woken  # the releasing task hands its slot over (see _release_slot)
+        except asyncio.CancelledError:
+            queue = self._queues.get(tenant)
+            if queue is not None and entry in queue:
+                queue.remove(entry)
+                if not queue:
+                    del self._queues[tenant]
+            elif woken.done() and not woken.cancelled():
+                self._running_by_tenant[tenant] -= 1  # handed a slot while being cancelled:
+                self._release_slot()  # pass it on
+            raise
+
+    def _release_slot(self) -> None:
+        """Hand the slot to the waiting tenant with the fewest running (among equals, the one
+        served longest ago), else free it."""
+        if not self._queues:
+            self._free_slots += 1
+            return
+        tenant = min(
+            self._queues,
+            key=lambda t: (self._running_by_tenant[t], self._last_granted.get(t, -1), self._queues[t][0][0]),
+        )
+        queue = self._queues[tenant]
+        _, woken = queue.popleft()
+        if not queue:
+            del self._queues[tenant]
+        self._grant(tenant)  # counted at once, so the next choice sees it
+        woken.set_result(None)
+
+    def _grant(self, tenant: str) -> None:
+        self._running_by_tenant[tenant] += 1
+        self._last_granted[tenant] = next(self._grants)
+
+    async def _run(self, memory_id: int, tenant: str) -> None:
+        await self._acquire_slot(tenant)
+        self._running += 1
+        self._started[memory_id] = asyncio.get_running_loop().time()
+        try:
+            await self._work(memory_id)
+        finally:
+            self._running -= 1
+            self._running_by_tenant[tenant] -= 1
+            if not self._running_by_tenant[tenant]:
+                del self._running_by_tenant[tenant]
+            self._started.pop(memory_id, None)
+            self._overdue_logged.discard(memory_id)
+            self._release_slot()
 
     async def _maintain_forever(self) -> None:
         while True:

@@ -230,7 +230,11 @@ class MemoryService:
                 trigger=Trigger.ROUND_END,
             )
             started = await self._start(
-                conn, conversation_id=conversation_id, plan=plan, backing_off=allocated.backing_off
+                conn,
+                tenant_id=tenant_id,
+                conversation_id=conversation_id,
+                plan=plan,
+                backing_off=allocated.backing_off,
             )
             body = {
                 "conversation_id": conversation_id,
@@ -248,7 +252,7 @@ class MemoryService:
                     response=body,
                 )
         if started is not None:
-            self.runner.submit(started["memory_id"])
+            self.runner.submit(started["memory_id"], tenant_id)
         return AppendResult(body=body, replayed=False)
 
     async def _plan(
@@ -302,7 +306,13 @@ class MemoryService:
         )
 
     async def _start(
-        self, conn: AsyncConnection, *, conversation_id: str, plan: SummaryPlan | None, backing_off: bool
+        self,
+        conn: AsyncConnection,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        plan: SummaryPlan | None,
+        backing_off: bool,
     ) -> dict[str, Any] | None:
         """Insert the plan's 'processing' row (to submit after commit), unless there is no plan,
         the conversation is backing off after failures, the model's circuit is open, the runner
@@ -316,7 +326,7 @@ class MemoryService:
         if self.model is not None and not self.breaker.allow():
             logger.debug("The model's circuit is open; not starting a summary for %s", conversation_id)
             return None
-        if not self.runner.has_capacity():
+        if not self.runner.has_capacity(tenant_id):
             logger.warning(
                 "Summary queue full (%d running, %d waiting); not starting one for %s",
                 self.runner.running,
@@ -429,10 +439,14 @@ class MemoryService:
                 trigger=Trigger.COMPLETED,
             )
             started = await self._start(
-                conn, conversation_id=conversation_id, plan=plan, backing_off=position.backing_off
+                conn,
+                tenant_id=position.tenant_id,
+                conversation_id=conversation_id,
+                plan=plan,
+                backing_off=position.backing_off,
             )
         if started is not None:
-            self.runner.submit(started["memory_id"])
+            self.runner.submit(started["memory_id"], position.tenant_id)
 
     async def _mark_failed(
         self, memory_id: int, reason: str, started: float, *, backoff: Backoff | None
@@ -547,19 +561,19 @@ class MemoryService:
             )
             if plan is None:
                 raise Conflict(policy.nothing_due(state))
-            if not self.runner.has_capacity():
+            if not self.runner.has_capacity(tenant_id):
                 raise Conflict("the summary queue is full; try again later")
             row = await memory.insert_processing(
                 conn, conversation_id=conversation_id, plan=plan, lease_seconds=self.lease_seconds
             )
             if row is None:
                 raise Conflict("a summary is already processing for this conversation")
-        self.runner.submit(row["memory_id"])
+        self.runner.submit(row["memory_id"], tenant_id)
         return _memory_started(row)
 
     async def retry_memory(self, *, tenant_id: str, memory_id: int) -> dict[str, Any]:
         """Run a failed memory again (same window and base)."""
-        if not self.runner.has_capacity():
+        if not self.runner.has_capacity(tenant_id):
             raise Conflict("the summary queue is full; try again later")
         async with self.engine.begin() as conn:
             row = await memory.restart_failed(
@@ -572,7 +586,7 @@ class MemoryService:
         if isinstance(row, str):
             raise Conflict(f"memory {memory_id} is {row}; only failed memories can be retried")
         assert isinstance(row, dict)
-        self.runner.submit(row["memory_id"])
+        self.runner.submit(row["memory_id"], tenant_id)
         return _memory_started(row)
 
     async def stuck(self, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:

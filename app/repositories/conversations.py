@@ -161,6 +161,7 @@ class Position:
     """Where a conversation stands: its newest message and round (-1 while empty), its stored
     policy, and whether its summaries are backing off after failures."""
 
+    tenant_id: str
     last_sequence: int
     last_round: int
     memory_policy: dict[str, Any]
@@ -178,7 +179,8 @@ async def position(
         await conn.execute(
             text(
                 """
-                SELECT next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
+                SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round,
+                       memory_policy,
                        coalesce(summary_retry_at > now(), false) AS backing_off
                 FROM conversations
                 WHERE conversation_id = :conversation_id
@@ -192,6 +194,7 @@ async def position(
     if row is None:
         return None
     return Position(
+        tenant_id=row.tenant_id,
         last_sequence=int(row.last_sequence),
         last_round=int(row.last_round),
         memory_policy=row.memory_policy,

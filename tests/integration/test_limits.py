@@ -178,3 +178,27 @@ async def test_summarize_now_racing_delete_is_never_a_500(api: App, llm: FakeLLM
         assert delete.status_code == 204, delete.text
     assert 500 not in seen
     llm.release_all()
+
+
+async def test_one_tenants_burst_does_not_hold_back_anothers_summaries(
+    make_app: AppFactory, llm: FakeLLM
+) -> None:
+    keys = {"a": "a" * 16, "b": "b" * 16}
+    api = await make_app(
+        MEMORY_API_KEYS=",".join(f"{t}:{k}" for t, k in keys.items()),
+        MEMORY_MAX_CONCURRENT_SUMMARIES=1,
+    )
+    llm.hold = True
+    for cid in ("a1", "a2", "a3", "a4", "a5"):  # one running, four waiting
+        for n in range(3):
+            await api.post_round(cid, n, headers={"X-API-Key": keys["a"]})
+    for n in range(3):
+        await api.post_round("b1", n, headers={"X-API-Key": keys["b"]})
+    await asyncio.to_thread(llm.wait_for_calls, 1)
+    llm.release(0)
+    calls = await asyncio.to_thread(llm.wait_for_calls, 2)
+    # B's summary came in behind A's four waiting ones, and ran next.
+    assert [c.job["conversation_id"] for c in calls] == ["a1", "b1"]
+    llm.hold = False
+    llm.release_all()
+    await api.idle()

@@ -29,8 +29,8 @@ async def test_only_summaries_running_past_the_limit_lose_their_renewal() -> Non
         maintenance_interval=3600,
         max_run_seconds=0.2,
     )
-    runner.submit(1)
-    runner.submit(2)  # waits for the only slot
+    runner.submit(1, "t")
+    runner.submit(2, "t")  # waits for the only slot
     await asyncio.wait_for(first_started.wait(), 5)
     assert started == [1]
     assert runner.renewable() == [1, 2]
