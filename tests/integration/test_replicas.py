@@ -154,10 +154,28 @@ async def post_rounds(server: ServerProcess, cid: str, rounds: range) -> dict[st
     return result
 
 
+@pytest.mark.parametrize(
+    ("policy", "after_restart"),
+    [
+        # The next round summarizes again, on the last completed memory (none): seq 0-7.
+        ("sliding_window", (range(3, 4), (2, 0, 7))),
+        # Blocks of 2 after the first of 3: the next block (rounds 3-4, seq 6-9) comes on time.
+        ('{"name": "rolling_blocks", "window": 2}', (range(3, 5), (2, 6, 9))),
+    ],
+    ids=["sliding_window", "rolling_blocks"],
+)
 async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
-    launch: Launch, llm: FakeLLM, db: asyncpg.Connection
+    launch: Launch,
+    llm: FakeLLM,
+    db: asyncpg.Connection,
+    policy: str,
+    after_restart: tuple[range, tuple[int, int, int]],
 ) -> None:
-    lease = {"MEMORY_PROCESSING_TIMEOUT_SECONDS": "2", "MEMORY_REAPER_INTERVAL_SECONDS": "0.2"}
+    lease = {
+        "MEMORY_PROCESSING_TIMEOUT_SECONDS": "2",
+        "MEMORY_REAPER_INTERVAL_SECONDS": "0.2",
+        "MEMORY_POLICY": policy,
+    }
     first = launch(**lease)
     llm.hold = True
     await post_rounds(first, "k", range(3))
@@ -187,15 +205,25 @@ async def test_kill_9_mid_summary_is_recovered_by_the_reaper(
     assert "lease expired" in await db.fetchval("SELECT error FROM memory WHERE memory_id = 1")
 
     llm.hold = False
-    started = (await post_rounds(second, "k", range(3, 4)))["memory"]
-    assert (started["memory_id"], started["start_sequence"], started["end_sequence"]) == (2, 0, 7)
+    rounds, expected = after_restart
+    started = (await post_rounds(second, "k", rounds))["memory"]
+    assert (started["memory_id"], started["start_sequence"], started["end_sequence"]) == expected
 
     async def completed() -> bool:
         status: str | None = await db.fetchval("SELECT status FROM memory WHERE memory_id = 2")
         return status == "completed"
 
     await eventually(completed, what="a new summary to complete after the restart")
-    print(f"\nkill -9 recovery: stuck row failed {recovery:.2f}s after the kill (lease 2 s)")
+    # The reaped one can be run again on the surviving replica.
+    async with httpx.AsyncClient(base_url=second.url) as client:
+        assert (await client.post("/ops/memories/1/retry")).status_code == 202
+
+    async def retried() -> bool:
+        status: str | None = await db.fetchval("SELECT status FROM memory WHERE memory_id = 1")
+        return status == "completed"
+
+    await eventually(retried, what="the reaped summary to complete when retried")
+    print(f"\nkill -9 recovery ({policy}): stuck row failed {recovery:.2f}s after the kill (lease 2 s)")
 
 
 async def test_sigterm_lets_running_summaries_finish(
