@@ -44,6 +44,9 @@ def uvicorn_options(settings: Settings, http: str = "auto") -> dict[str, Any]:
         "timeout_keep_alive": settings.MEMORY_KEEPALIVE_TIMEOUT_SECONDS,
         "limit_concurrency": settings.MEMORY_MAX_CONNECTIONS,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        # No WebSocket routes: an Upgrade header is ignored and the request served as HTTP
+        # (uvicorn would otherwise answer it with a bare 403).
+        "ws": "none",
         "access_log": False,
         "log_config": None,
     }

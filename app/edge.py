@@ -134,6 +134,16 @@ class BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=body_too_large_detail(limit))
 
 
+class BodyTimedOut(HTTPException):
+    """Raised by ``receive`` when the next piece of a body does not come in time: a JSON 408."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            status_code=408,
+            detail=f"request body stalled for {seconds:g}s (MEMORY_HEADER_TIMEOUT_SECONDS)",
+        )
+
+
 def body_too_large_detail(limit: int) -> str:
     return f"request body larger than {limit} bytes (MEMORY_MAX_BODY_BYTES)"
 
@@ -192,6 +202,7 @@ class EdgeMiddleware:
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.max_body = settings.MEMORY_MAX_BODY_BYTES
+        self.body_timeout = settings.MEMORY_HEADER_TIMEOUT_SECONDS
         self.keys = api_key_digests(settings)
         self.open_paths = OPEN_PATHS | DOCS_PATHS if docs_public(settings) else OPEN_PATHS
 
@@ -215,6 +226,15 @@ class EdgeMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 complete = True
             await send(message)
+
+        # The protocols bound a head that arrives in pieces; one that arrives whole is measured
+        # here (as any server would see it: request line and header lines).
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + 16
+        head += sum(len(name) + len(value) + 4 for name, value in headers)
+        if head > MAX_HEAD_BYTES:
+            detail = f"request head larger than {MAX_HEAD_BYTES} bytes"
+            await _send_json(send_with_id, 431, {"detail": detail, "code": "header_too_large"})
+            return
 
         if not self.keys:
             state[TENANT] = DEFAULT_TENANT
@@ -242,7 +262,13 @@ class EdgeMiddleware:
             nonlocal received
             if received > self.max_body:
                 raise BodyTooLarge(self.max_body)
-            message = await receive()
+            try:
+                # A body that trickles in holds a connection and a worker: each piece must come
+                # within the head's deadline.
+                async with asyncio.timeout(self.body_timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimedOut(self.body_timeout) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
@@ -251,9 +277,10 @@ class EdgeMiddleware:
 
         try:
             await self.app(scope, receive_within_limit, send_with_id)
-        except BodyTooLarge as exc:
+        except (BodyTooLarge, BodyTimedOut) as exc:
             if not started:
-                await _send_json(send_with_id, 413, {"detail": exc.detail, "code": "payload_too_large"})
+                code = "payload_too_large" if exc.status_code == 413 else "request_timeout"
+                await _send_json(send_with_id, exc.status_code, {"detail": exc.detail, "code": code})
             elif not complete:
                 raise
         except Exception as exc:

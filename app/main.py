@@ -178,17 +178,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        found = exc.errors()
+        if any(
+            e.get("type") == "too_long" and tuple(e.get("loc", ())) == ("body", "messages") for e in found
+        ):
+            limit = request.app.state.settings.MEMORY_MAX_MESSAGES_PER_REQUEST
+            return JSONResponse(
+                status_code=413,
+                content={
+                    "detail": f"at most {limit} messages per request (MEMORY_MAX_MESSAGES_PER_REQUEST)",
+                    "code": "payload_too_large",
+                },
+            )
+        if any(e.get("type") == "json_invalid" for e in found):
             # The body is not JSON at all: 400, as documented, not a 422 about its fields.
             return JSONResponse(
                 status_code=400,
                 content={"detail": "the request body is not valid JSON", "code": "bad_request"},
             )
+        # The first errors say what is wrong; thousands of them would make the answer a load.
         errors = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
+            for e in found[:MAX_ERRORS_SHOWN]
         ]
+        if len(found) > MAX_ERRORS_SHOWN:
+            errors.append(
+                {"loc": ["body"], "msg": f"and {len(found) - MAX_ERRORS_SHOWN} more errors", "type": "more"}
+            )
         return JSONResponse(status_code=422, content={"detail": errors, "code": "invalid_request"})
 
     @app.exception_handler(DBAPIError)
@@ -222,6 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+MAX_ERRORS_SHOWN = 20
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
@@ -235,7 +253,13 @@ def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
     ]
 
 
-_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "payload_too_large",
+}
 
 
 def _db_bug(request: Request, exc: Exception) -> JSONResponse:

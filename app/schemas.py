@@ -15,6 +15,7 @@ from pydantic import (
     PlainValidator,
     StringConstraints,
     WithJsonSchema,
+    model_validator,
 )
 
 from app.memory.policies import PolicyConfig
@@ -40,6 +41,8 @@ MetadataValue = Annotated[
     Annotated[str, StringConstraints(max_length=1000, pattern=_NO_NUL)] | int | float | bool | None,
     AfterValidator(_exact_number),
 ]
+# The most messages one POST may hold (MEMORY_MAX_MESSAGES_PER_REQUEST is at most this).
+MAX_MESSAGES_PER_REQUEST = 1000
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,49}$"
 
 
@@ -106,9 +109,25 @@ _CONTENT_SCHEMA = {
 }
 
 
-class MessageIn(BaseModel):
+class RequestBody(BaseModel):
+    """A request body: strict, and unknown fields refused with one error per object, naming a
+    few (pydantic would report each of them, and a 4 MiB body can hold 300,000)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_fields(cls, value: object) -> object:
+        if isinstance(value, dict):
+            unknown = [key for key in value if key not in cls.model_fields]
+            if unknown:
+                named = ", ".join(repr(key)[:40] for key in unknown[:5])
+                more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+                raise ValueError(f"unknown fields: {named}{more}")
+        return value
+
+
+class MessageIn(RequestBody):
     role: Role
     # A string, or a JSON object or array stored as posted (e.g. seed 000's userRequest and
     # aiResponse objects).
@@ -120,10 +139,12 @@ class MessageIn(BaseModel):
     )
 
 
-class AppendMessagesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    messages: list[MessageIn] = Field(min_length=1, description="One round, oldest first.")
+class AppendMessagesIn(RequestBody):
+    # The schema's bound fails at once on a huge list, before any item is validated; the
+    # deployment's (smaller) MEMORY_MAX_MESSAGES_PER_REQUEST is checked after. Both are a 413.
+    messages: list[MessageIn] = Field(
+        min_length=1, max_length=MAX_MESSAGES_PER_REQUEST, description="One round, oldest first."
+    )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,
         max_length=64,
@@ -131,9 +152,7 @@ class AppendMessagesIn(BaseModel):
     )
 
 
-class CreateConversationIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class CreateConversationIn(RequestBody):
     conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
     memory_policy: PolicyConfig | None = Field(
         default=None,

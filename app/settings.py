@@ -89,7 +89,7 @@ class Settings(BaseSettings):
 
     MEMORY_IDEMPOTENCY_TTL_HOURS: float = Field(default=24.0, gt=0)
 
-    MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1)
+    MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1, le=1000)
     MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
     MEMORY_MAX_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
     MEMORY_MAX_METADATA_BYTES: int = Field(default=16 * 1024, ge=256)

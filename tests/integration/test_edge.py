@@ -3,6 +3,7 @@ JSON 500s, docs access and no trailing-slash redirects. (Socket-level behaviour:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -227,3 +228,47 @@ async def test_a_trailing_slash_is_a_404_not_a_redirect(api: App, path: str) -> 
     assert response.status_code == 404
     assert "location" not in response.headers
     assert response.json() == {"detail": "Not Found", "code": "not_found"}
+
+
+async def test_huge_lists_and_unknown_fields_are_refused_at_once_with_a_small_answer(api: App) -> None:
+    """A 3 MB body of a million empty messages once produced a 234 MB list of errors."""
+    million = b'{"messages": [' + b",".join([b"{}"] * 1_000_000) + b"]}"
+    response = await api.client.post(
+        "/conversations/amp/messages", content=million, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413, response.text[:300]
+    assert "MEMORY_MAX_MESSAGES_PER_REQUEST" in response.json()["detail"] and len(response.content) < 200
+
+    extra = {"role": "user", "content": "x", **{f"k{i}": 1 for i in range(300_000)}}
+    response = await api.client.post("/conversations/amp/messages", json={"messages": [extra]})
+    assert response.status_code == 422 and len(response.content) < 1000
+    [error] = response.json()["detail"]
+    assert "unknown fields: 'k0', 'k1', 'k2', 'k3', 'k4' and 299995 more" in error["msg"]
+
+    many = {"messages": [{"content": "x"}] * 50}  # 50 errors: role missing in each
+    detail = (await api.client.post("/conversations/amp/messages", json=many)).json()["detail"]
+    assert len(detail) == 21 and detail[-1]["msg"] == "and 30 more errors"
+
+
+async def test_a_head_over_16_kib_is_a_431_even_when_it_arrives_whole(api: App) -> None:
+    response = await api.client.get("/conversations/x/context", headers={"X-Pad": "p" * 17_000})
+    assert response.status_code == 431
+    assert response.json()["code"] == "header_too_large"
+    response = await api.client.get("/conversations/x/context?pad=" + "p" * 17_000)
+    assert response.status_code == 431
+
+
+async def test_a_body_that_stalls_is_a_408(make_app: AppFactory) -> None:
+    api = await make_app(MEMORY_HEADER_TIMEOUT_SECONDS=0.2)
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"messages": ['
+        await asyncio.sleep(2)
+        yield b"]}"
+
+    response = await api.client.post(
+        "/conversations/slow/messages", content=trickle(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 408, response.text
+    assert response.json()["code"] == "request_timeout"
+    assert "MEMORY_HEADER_TIMEOUT_SECONDS" in response.json()["detail"]
