@@ -345,6 +345,11 @@ class _HeadLimits:
     def _response_on_its_way(self) -> bool:
         raise NotImplementedError
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """uvicorn's warning tells to install a WebSocket library; `serve` runs without one on
+        purpose (no route is a WebSocket), and the request is served as plain HTTP."""
+        logger.debug("Upgrade header ignored: no WebSocket endpoints; served as HTTP")
+
     def _close_after_response(self) -> None:
         raise NotImplementedError
 

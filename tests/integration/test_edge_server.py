@@ -353,3 +353,17 @@ async def test_serve_with_workers_applies_the_same_edge(serve: Serve) -> None:
         response = await client.post("/conversations/w/messages", content=b"x" * 5000)
         assert response.status_code == 413 and "4096" in response.json()["detail"]
         assert (await client.get("/healthz")).headers["x-request-id"]
+
+
+@HTTP
+async def test_an_upgrade_request_is_served_as_http(serve: Serve, http: str) -> None:
+    """uvicorn answered a WebSocket upgrade on a plain route with a bare 403 (no route is a
+    WebSocket); `serve` serves it as HTTP, without uvicorn's advice to install a library."""
+    server = serve(*http_args(http))
+    reader, writer = await connect(server)
+    writer.write(get("/healthz", "Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13"))
+    status, _, body = await read_response(reader)
+    assert (status, orjson.loads(body)) == (200, {"status": "ok"})
+    writer.close()
+    log = server.log_text()
+    assert "WebSocket library" not in log and "Unsupported upgrade" not in log
