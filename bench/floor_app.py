@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 # The service's own statement, imported rather than copied so the two cannot drift.
 # $1 = conversation_id, $2 = tenant_id, $3/$4 = the raw part's caps; NULL for an unknown conversation.
+from app.db import READ_POOL_SERVER_SETTINGS
 from app.repositories.memory import CONTEXT_SQL
 from app.settings import Settings
 
@@ -39,7 +40,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     size = int(os.environ.get("FLOOR_POOL_SIZE", Settings.model_fields["DATABASE_POOL_SIZE"].default))
     # UTC like the service's connections, so timestamps in the JSON read the same.
     pool = await asyncpg.create_pool(
-        _dsn(), min_size=size, max_size=size, server_settings={"timezone": "UTC"}
+        _dsn(), min_size=size, max_size=size, server_settings=READ_POOL_SERVER_SETTINGS
     )
     app.state.pool = pool
     try:
