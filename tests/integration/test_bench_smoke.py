@@ -10,58 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.bench_runs import bench_databases, run_tiny
+
 SCENARIOS = {"context", "floor", "post", "mixed", "tokens"}
 
 pytestmark = pytest.mark.slow
 
 
-async def _bench_databases(database_url: str) -> list[str]:
-    import asyncpg
-
-    from bench.db import to_asyncpg_dsn
-
-    conn = await asyncpg.connect(to_asyncpg_dsn(database_url))
-    try:
-        rows = await conn.fetch("SELECT datname FROM pg_database WHERE datname LIKE 'memory_bench_%'")
-    finally:
-        await conn.close()
-    return [r["datname"] for r in rows]
-
-
 @pytest.mark.timeout(300)
 def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     output = tmp_path / "bench.json"
-    env = {k: v for k, v in os.environ.items() if k != "BENCH_DATABASE_URL"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--scale",
-            "tiny",
-            "--database-url",
-            database_url,
-            "--results-dir",
-            str(tmp_path),
-            "--output",
-            str(output),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    proc = run_tiny("bench", database_url, tmp_path, output)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     assert "Targets" in proc.stdout and "Checks" in proc.stdout  # the printed table
 
@@ -121,4 +85,4 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert tokens["last_round"]["context_tokens"] < tokens["last_round"]["full_history_tokens"]
 
     # its database was dropped
-    assert meta["database"] not in asyncio.run(_bench_databases(database_url))
+    assert meta["database"] not in asyncio.run(bench_databases(database_url))

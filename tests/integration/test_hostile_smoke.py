@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.bench_runs import bench_databases, run_tiny
+
 CHECKS = {
     "undocumented_statuses",
     "server_errors_not_503",
@@ -49,44 +47,10 @@ ABUSE = {
 pytestmark = pytest.mark.slow
 
 
-async def _bench_databases(database_url: str) -> list[str]:
-    import asyncpg
-
-    from bench.db import to_asyncpg_dsn
-
-    conn = await asyncpg.connect(to_asyncpg_dsn(database_url))
-    try:
-        rows = await conn.fetch("SELECT datname FROM pg_database WHERE datname LIKE 'memory_bench_%'")
-    finally:
-        await conn.close()
-    return [r["datname"] for r in rows]
-
-
 @pytest.mark.timeout(300)
 def test_hostile_tiny_run(database_url: str, tmp_path: Path) -> None:
     output = tmp_path / "hostile.json"
-    env = {k: v for k, v in os.environ.items() if k != "BENCH_DATABASE_URL"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.hostile",
-            "--scale",
-            "tiny",
-            "--database-url",
-            database_url,
-            "--results-dir",
-            str(tmp_path),
-            "--output",
-            str(output),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    proc = run_tiny("bench.hostile", database_url, tmp_path, output)
     assert output.exists(), f"no JSON; stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     doc: dict[str, Any] = json.loads(output.read_text())
     meta, res, summary = doc["meta"], doc["results"], doc["summary"]
@@ -129,4 +93,4 @@ def test_hostile_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert lag["summaries_started"] > 0 and lag["seconds"]["count"] > 0
 
     # its database was dropped
-    assert meta["database"] not in asyncio.run(_bench_databases(database_url))
+    assert meta["database"] not in asyncio.run(bench_databases(database_url))
