@@ -44,6 +44,15 @@ def test_given_parameters_win_over_deployment_defaults() -> None:
         ({"name": "rolling_blocks", "window": 0}, "rolling_blocks.window"),
         ({"name": "rolling_blocks", "windw": 3}, "rolling_blocks.windw"),
         ({"window": 3}, "Unable to extract tag"),
+        # No coercion: a parameter of the wrong type is refused, not converted.
+        ({"name": "rolling_blocks", "window": "3"}, "rolling_blocks.window"),
+        ({"name": "rolling_blocks", "window": True}, "rolling_blocks.window"),
+        ({"name": "rolling_blocks", "window": 3.0}, "rolling_blocks.window"),
+        (
+            {"name": "sliding_window", "catch_up_on_completion": "yes"},
+            "sliding_window.catch_up_on_completion",
+        ),
+        ({"name": "sliding_window", "catch_up_on_completion": 1}, "sliding_window.catch_up_on_completion"),
     ],
 )
 def test_bad_configs_name_the_field(value: object, fragment: str) -> None:

@@ -22,7 +22,7 @@ KIND = "block"
 
 
 class RollingBlocksConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: Literal["rolling_blocks"] = "rolling_blocks"
     window: int = Field(

@@ -26,7 +26,7 @@ KIND = "window"
 
 
 class SlidingWindowConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: Literal["sliding_window"] = "sliding_window"
     window_size: int = Field(
