@@ -27,7 +27,7 @@ import orjson
 from app.settings import Settings
 from bench import wrk
 from bench.db import create_database, drop_database, new_database_name, redact
-from bench.procs import Child, launch, machine_busy_seconds, postgres_cpu_seconds
+from bench.procs import Child, child_env, launch, machine_busy_seconds, migrate, postgres_cpu_seconds
 from bench.scales import Scale
 from bench.seed import CONTEXT_PREFIXES, POLICIES, ConversationSeed, Seeder, vacuum_analyze
 from bench.textgen import rng_for
@@ -143,15 +143,7 @@ class Bench:
         return self.service
 
     def child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("MEMORY_", "OPENAI_", "DATABASE_", "FLOOR_"))
-        }
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.update(extra or {})
-        return env
+        return child_env(extra)
 
     async def llm_control(self, **control: Any) -> dict[str, Any]:
         assert self.llm is not None
@@ -311,21 +303,7 @@ class Bench:
         return seeds
 
     async def _migrate(self) -> None:
-        log = self.log_dir / "migrate.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "app.cli",
-                "migrate",
-                cwd=self.log_dir,
-                env=self.child_env({"DATABASE_URL": self.db_url, "LOG_LEVEL": "WARNING"}),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-            code = await proc.wait()
-        if code != 0:
-            raise RuntimeError(f"`memory-service migrate` failed ({code}):\n{log.read_text()[-2000:]}")
+        await migrate(self.db_url, self.log_dir, self.child_env())
 
     async def setup(self) -> dict[str, Any]:
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,7 @@ from bench.hostile_http import (
     exchange,
     read_response,
 )
-from bench.procs import Child, ProcessFailed, _die_with_parent, free_port, wait_healthy
+from bench.procs import Child, ProcessFailed, _die_with_parent, child_env, free_port, migrate, wait_healthy
 from bench.report import table
 from bench.stats import summarize_plain
 
@@ -253,14 +253,6 @@ def content_sha(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value)).hexdigest()
 
 
-def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "OPENAI_", "DATABASE_"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
 def _process_rss(pid: int) -> int:
     try:
         proc = psutil.Process(pid)
@@ -345,21 +337,7 @@ class Hostile:
         return self.pool
 
     async def _migrate(self) -> None:
-        log = self.log_dir / "migrate.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "app.cli",
-                "migrate",
-                cwd=self.log_dir,
-                env=_child_env({"DATABASE_URL": self.db_url, "LOG_LEVEL": "WARNING"}),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-            code = await proc.wait()
-        if code != 0:
-            raise RuntimeError(f"`python -m app.cli migrate` failed ({code}):\n{log.read_text()[-2000:]}")
+        await migrate(self.db_url, self.log_dir, child_env())
 
     async def _start_llm(self) -> Child:
         log_path = self.log_dir / "hostile_llm.log"
@@ -374,7 +352,7 @@ class Hostile:
                 str(port),
                 "--latency",
                 "0.2",
-                env=_child_env({}),
+                env=child_env({}),
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -442,7 +420,7 @@ class Hostile:
         await self._migrate()
         self.pool = await asyncpg.create_pool(self.db_url, min_size=1, max_size=3)
         self.llm = await self._start_llm()
-        self.service_env = _child_env(
+        self.service_env = child_env(
             {
                 "DATABASE_URL": self.db_url,
                 "OPENAI_API_KEY": "hostile-not-a-real-key",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -18,9 +19,42 @@ from typing import IO
 import httpx
 import psutil
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 class ProcessFailed(RuntimeError):
     pass
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: this one's, less any setting of the service (a
+    developer's MEMORY_*, OPENAI_*, DATABASE_* or FLOOR_* must not leak in), plus ``extra``."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "OPENAI_", "DATABASE_", "FLOOR_"))
+    }
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+async def migrate(db_url: str, log_dir: Path, env: Mapping[str, str]) -> None:
+    """``python -m app.cli migrate`` (what `memory-service migrate` runs) on ``db_url``."""
+    log = log_dir / "migrate.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app.cli",
+            "migrate",
+            cwd=log_dir,
+            env={**env, "DATABASE_URL": db_url, "LOG_LEVEL": "WARNING"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        code = await proc.wait()
+    if code != 0:
+        raise RuntimeError(f"`memory-service migrate` failed ({code}):\n{log.read_text()[-2000:]}")
 
 
 def free_port() -> int:
