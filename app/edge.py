@@ -342,6 +342,14 @@ class _HeadLimits:
         self._rejected = False  # answered with an error: dropping input until closed
         self._linger: asyncio.TimerHandle | None = None
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]  # uvicorn's, after this mixin
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _response_on_its_way(self) -> bool:
         raise NotImplementedError
 
@@ -430,14 +438,6 @@ class EdgeHttpToolsProtocol(_HeadLimits, HttpToolsProtocol):
         self._init_head_limits(header_timeout, max_head_bytes)
         self._awaiting_head = True  # the parser is between messages or inside a head
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timers()
-        super().connection_lost(exc)
-
     def data_received(self, data: bytes) -> None:
         if self._rejected:
             return
@@ -483,14 +483,6 @@ class EdgeH11Protocol(_HeadLimits, H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
         self._init_head_limits(header_timeout, max_head_bytes)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timers()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._rejected:

@@ -28,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from app.memory.policies.base import keep_newest
+
 _WINDOW = re.compile(r"from message #(\d+) to #(\d+)")
 _BUDGET = re.compile(r"at most (\d+) characters")
 _PREVIOUS = re.compile(r"<previous_summary[^>]*>\n?(.*?)\n?</previous_summary>", re.S)
@@ -77,14 +79,7 @@ def fake_summary(messages: list[dict[str, Any]]) -> str:
     if not found and not lines:
         # Not the prompt format we know: still answer with a bounded, non-empty summary.
         return ("Summary: " + " ".join(user.split()))[: min(budget, 1000)] or "Summary: (empty)"
-    kept: list[str] = []
-    size = 0
-    for line in reversed(lines):
-        if size + len(line) + 1 > budget:
-            break
-        kept.append(line)
-        size += len(line) + 1
-    return "\n".join(reversed(kept)) or "Summary: (empty window)"
+    return keep_newest(lines, budget) or "Summary: (empty window)"
 
 
 async def chat_completions(request: Request) -> Response:
