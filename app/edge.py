@@ -1,9 +1,11 @@
 """The HTTP edge: what happens to a request before the API sees it, and to a connection before
 it carries a request.
 
-- ``EdgeMiddleware`` (pure ASGI, the first code of the app a request meets): a request id on
-  every response, the API-key check before any body is read, the body size limit before the body
-  is parsed, and a JSON 500 for any unexpected exception that keeps the connection usable.
+- ``EdgeMiddleware`` (pure ASGI, the first code of the app a request meets, after
+  app.metrics' timer): a request id on every response and on the request's log lines, the
+  API-key check before any body is read (the admin key for /admin and /metrics), the body size
+  limit before the body is parsed, and a JSON 500 for any unexpected exception that keeps the
+  connection usable.
 - ``EdgeHttpToolsProtocol`` / ``EdgeH11Protocol`` (uvicorn's HTTP protocols, as run by
   ``memory-service serve``): a connection must send a complete request head within
   MEMORY_HEADER_TIMEOUT_SECONDS and in at most ``MAX_HEAD_BYTES``; uvicorn bounds neither
@@ -34,17 +36,24 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from app import logs
+from app.api.docs import DOCS_PATHS
+from app.metrics import METRICS_PATH
 from app.settings import Settings
 
 logger = logging.getLogger("app.edge")
 
 DEFAULT_TENANT = "default"
-# Keys of the ASGI scope's "state" (request.state.tenant, request.state.request_id).
+# Keys of the ASGI scope's "state" (request.state.tenant, request.state.request_id,
+# request.state.admin: the admin key was presented).
 TENANT = "tenant"
 REQUEST_ID = "request_id"
+ADMIN = "admin"
+ADMIN_PREFIX = "/admin/"
+# Who the admin key authenticates, among the tenants of api_key_digests (no tenant name has '*').
+_ADMIN_IDENTITY = "*admin*"
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 # A request line plus headers; more is a 431 (httptools) or 400 (h11). h11's default, and Node's.
 MAX_HEAD_BYTES = 16 * 1024
 MAX_REQUEST_ID_CHARS = 128
@@ -88,6 +97,18 @@ def authenticate(headers: Iterable[tuple[bytes, bytes]], keys: dict[bytes, str])
         if hmac.compare_digest(candidate, digest):
             tenant = owner
     return tenant, "invalid API key"
+
+
+# ---- Operators: the admin key and /metrics -------------------------------------------------------
+
+
+def metrics_public(settings: Settings) -> bool:
+    """/metrics without a key: MEMORY_METRICS_PUBLIC, by default only when no key of any kind is
+    set. Otherwise it needs the admin key (tenant keys see no other tenant, and the metrics are
+    the whole service's)."""
+    if settings.MEMORY_METRICS_PUBLIC is None:
+        return not settings.api_keys and settings.admin_key is None
+    return settings.MEMORY_METRICS_PUBLIC
 
 
 # ---- Docs --------------------------------------------------------------------------------------
@@ -205,6 +226,11 @@ class EdgeMiddleware:
         self.body_timeout = settings.MEMORY_HEADER_TIMEOUT_SECONDS
         self.keys = api_key_digests(settings)
         self.open_paths = OPEN_PATHS | DOCS_PATHS if docs_public(settings) else OPEN_PATHS
+        # The admin key among the tenants' keys: every key is compared whichever is presented.
+        admin = settings.admin_key
+        self.operator_keys = {**self.keys, **({_digest(admin): _ADMIN_IDENTITY} if admin else {})}
+        self.admin_routes = admin is not None
+        self.metrics_public = metrics_public(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -214,6 +240,8 @@ class EdgeMiddleware:
         request_id = _request_id(headers)
         state: dict[str, Any] = scope.setdefault("state", {})
         state[REQUEST_ID] = request_id
+        # On this request's log lines; app.metrics.MetricsMiddleware unbinds it when it ends.
+        logs.bind(request_id=request_id)
         id_header = (b"x-request-id", request_id.encode())
         started = complete = False
 
@@ -236,9 +264,27 @@ class EdgeMiddleware:
             await _send_json(send_with_id, 431, {"detail": detail, "code": "header_too_large"})
             return
 
-        if not self.keys:
+        path = scope["path"]
+        if path == METRICS_PATH and self.metrics_public:
+            pass
+        elif path == METRICS_PATH or (self.admin_routes and path.startswith(ADMIN_PREFIX)):
+            who, problem = authenticate(headers, self.operator_keys)
+            if who is None:
+                await _send_json(
+                    send_with_id,
+                    401,
+                    {"detail": problem, "code": "unauthorized"},
+                    [(b"www-authenticate", b"Bearer")],
+                )
+                return
+            if who != _ADMIN_IDENTITY:  # a tenant's key
+                detail = "this endpoint needs the admin key (MEMORY_ADMIN_KEY)"
+                await _send_json(send_with_id, 403, {"detail": detail, "code": "forbidden"})
+                return
+            state[ADMIN] = True
+        elif not self.keys:
             state[TENANT] = DEFAULT_TENANT
-        elif scope["path"] not in self.open_paths:
+        elif path not in self.open_paths:
             tenant, problem = authenticate(headers, self.keys)
             if tenant is None:
                 await _send_json(

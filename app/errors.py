@@ -11,6 +11,11 @@ class AppError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def detail(self) -> object:
+        """The body's ``detail``."""
+        return self.message
+
 
 class NotFound(AppError):
     status_code = 404
@@ -30,3 +35,19 @@ class PayloadTooLarge(AppError):
 class Unauthorized(AppError):
     status_code = 401
     code = "unauthorized"
+
+
+class Invalid(AppError):
+    """A well-formed request that contradicts what the conversation holds (a tool result naming
+    no earlier call, say): a 422 shaped like a validation error, naming the field."""
+
+    status_code = 422
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, loc: list[str | int]) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+    @property
+    def detail(self) -> object:
+        return [{"loc": self.loc, "msg": self.message, "type": "value_error"}]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 from fastapi import FastAPI, Request
@@ -19,16 +17,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from app.api import context, conversations, health, ops
+from app.api import admin, context, conversations, docs, health, openapi, ops
+from app.api import metrics as metrics_api
+from app.api.responses import edge_responses
 from app.db import (
     classify_db_error,
-    create_engine,
-    create_read_pool,
     describe_db_error,
     head_revision,
     is_database_error,
-    release_embedded_postgres,
-    resolve_database_url,
 )
 from app.edge import (
     EdgeMiddleware,
@@ -38,37 +34,11 @@ from app.edge import (
     request_id_of,
 )
 from app.errors import AppError
-from app.memory.breaker import CircuitBreaker
-from app.memory.llm import ChatModel
-from app.memory.service import Limits, MemoryService
-from app.repositories.memory import Backoff
-from app.schemas import ErrorOut
-from app.settings import Settings, SummarizerKind, load_settings
+from app.metrics import MetricsMiddleware
+from app.runtime import configure_logging, running_service
+from app.settings import Settings, load_settings
 
 logger = logging.getLogger("app")
-
-
-def build_model(settings: Settings) -> ChatModel | None:
-    """The model that writes summaries; None means each policy's offline fallback."""
-    if settings.summarizer_kind is SummarizerKind.OPENAI:
-        assert settings.OPENAI_API_KEY is not None  # checked by Settings
-        return ChatModel(
-            api_key=settings.OPENAI_API_KEY.get_secret_value(),
-            model=settings.MEMORY_MODEL,
-            base_url=settings.OPENAI_BASE_URL,
-            timeout_seconds=settings.MEMORY_LLM_TIMEOUT_SECONDS,
-            max_retries=settings.MEMORY_LLM_MAX_RETRIES,
-            call_timeout_seconds=settings.MEMORY_LLM_CALL_TIMEOUT_SECONDS,
-        )
-    return None
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
-    logging.getLogger("app").setLevel(level)
-    # Both log every step at INFO (initdb/pg_ctl output; a line per /readyz check).
-    for noisy in ("embedded_postgres", "alembic"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -76,83 +46,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = await asyncio.to_thread(resolve_database_url, settings)  # may start a server
-        engine = create_engine(url, settings)
-        read_pool = await create_read_pool(url, settings)
-        model = build_model(settings)
-        service = MemoryService(
-            engine=engine,
-            read_pool=read_pool,
-            model=model,
-            default_policy=settings.default_policy,
-            parameter_defaults=settings.policy_defaults,
-            summary_max_chars=settings.MEMORY_SUMMARY_MAX_CHARS,
-            limits=Limits(
-                max_context_messages=settings.MEMORY_MAX_CONTEXT_MESSAGES,
-                max_context_bytes=settings.MEMORY_MAX_CONTEXT_BYTES,
-                max_page_bytes=settings.MEMORY_MAX_PAGE_BYTES,
-                max_metadata_bytes=settings.MEMORY_MAX_METADATA_BYTES,
-                max_metadata_keys=settings.MEMORY_MAX_METADATA_KEYS,
-            ),
-            backoff=Backoff(
-                base_seconds=settings.MEMORY_SUMMARY_BACKOFF_SECONDS,
-                max_seconds=settings.MEMORY_SUMMARY_BACKOFF_MAX_SECONDS,
-            ),
-            breaker=CircuitBreaker(
-                failures=settings.MEMORY_LLM_BREAKER_FAILURES,
-                open_seconds=settings.MEMORY_LLM_BREAKER_OPEN_SECONDS,
-            ),
-            lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
-            idempotency_ttl_hours=settings.MEMORY_IDEMPOTENCY_TTL_HOURS,
-            max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
-            max_pending=settings.MEMORY_MAX_PENDING_SUMMARIES,
-            maintenance_interval=settings.MEMORY_REAPER_INTERVAL_SECONDS,
-        )
-        app.state.engine = engine
-        app.state.service = service
-        logger.info(
-            "Memory service up: summarizer=%s, default policy=%s",
-            service.summarizer_name,
-            service.default_policy_json,
-        )
-        service.runner.start()
-        try:
+        async with running_service(settings, run_summaries=settings.MEMORY_RUN_SUMMARIES) as service:
+            app.state.engine = service.engine
+            app.state.service = service
             yield
-        finally:
-            await service.runner.shutdown(settings.MEMORY_SHUTDOWN_GRACE_SECONDS)
-            if model is not None:
-                await model.aclose()
-            await read_pool.close()
-            await engine.dispose()
-            if settings.DATABASE_URL is None:
-                await asyncio.to_thread(release_embedded_postgres)
 
     app = FastAPI(
         title="Conversation memory service",
         version="0.1.0",
-        description="Rounds in, bounded context out: summaries made by a memory policy per "
-        "conversation (sliding window, rolling blocks), with a gap fallback.",
+        description=openapi.DESCRIPTION,
+        openapi_tags=openapi.TAGS,
+        generate_unique_id_function=openapi.operation_id,
         lifespan=lifespan,
         # A redirect to the slash-less path would build its Location from the Host header.
         redirect_slashes=False,
-        docs_url="/docs" if docs_served(settings) else None,
-        redoc_url="/redoc" if docs_served(settings) else None,
-        openapi_url="/openapi.json" if docs_served(settings) else None,
+        # /docs and /redoc are app.api.docs's, with their files served here, not from a CDN.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=docs.OPENAPI_PATH if docs_served(settings) else None,
     )
     app.state.settings = settings
     # API keys, body limit, request ids and JSON 500s, before FastAPI reads a body (app.edge).
     app.add_middleware(EdgeMiddleware, settings=settings)
+    # Outermost: times every request, the edge's refusals included (app.metrics).
+    app.add_middleware(MetricsMiddleware)
     app.add_exception_handler(Exception, internal_error_handler)
+    # Operators' endpoints: /metrics, and the admin view when there is an admin key.
+    app.include_router(metrics_api.router)
+    if settings.admin_key is not None:
+        app.include_router(admin.router)
     app.state.head_revision = head_revision()
-    errors: dict[int | str, dict[str, Any]] = {
-        400: {"description": "The body could not be parsed"},
-        401: {"model": ErrorOut, "description": "Missing or invalid API key (when keys are on)"},
-        404: {"model": ErrorOut, "description": "Unknown conversation or memory"},
-        503: {"model": ErrorOut, "description": "Database unavailable; retry"},
-    }
     for module in (conversations, context, ops):
-        app.include_router(module.router, responses=errors)
-    app.include_router(health.router)
+        app.include_router(module.router, responses=edge_responses(api_keys=bool(settings.api_keys)))
+    app.include_router(health.router, responses=edge_responses(api_keys=False))
+    if docs_served(settings):
+        app.include_router(docs.router)
+    openapi.install(app, api_keys=bool(settings.api_keys))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -173,7 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse(
             status_code=exc.status_code,
-            content={"detail": exc.message, "code": exc.code},
+            content={"detail": exc.detail, "code": exc.code},
             headers=headers,
         )
 
@@ -196,6 +125,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return JSONResponse(
                 status_code=400,
                 content={"detail": "the request body is not valid JSON", "code": "bad_request"},
+            )
+        if any(tuple(e.get("loc", ())) == ("body",) and isinstance(e.get("input"), bytes) for e in found):
+            # FastAPI parses a body as JSON only when its Content-Type says so, and hands the
+            # model the raw bytes otherwise: the media type is wrong, not a field.
+            return JSONResponse(
+                status_code=415,
+                content={
+                    "detail": "send the body as JSON, with 'Content-Type: application/json'",
+                    "code": "unsupported_media_type",
+                },
             )
         # The first errors say what is wrong; thousands of them would make the answer a load.
         errors = [
@@ -281,7 +220,7 @@ def _db_bug(request: Request, exc: Exception) -> JSONResponse:
 def app_from_env() -> FastAPI:
     """Entry point for ``uvicorn app.main:app`` style use."""
     settings = load_settings()
-    configure_logging(settings.LOG_LEVEL)
+    configure_logging(settings.LOG_LEVEL, settings.LOG_FORMAT)
     return create_app(settings)
 
 

@@ -4,10 +4,13 @@ these mirror them so queries are typed and the naming convention keeps constrain
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -45,9 +48,20 @@ conversations = Table(
     Column("context_recent_rounds", Integer, nullable=False, server_default="0"),
     Column("summary_failures", Integer, nullable=False, server_default="0"),
     Column("summary_retry_at", DateTime(timezone=True), nullable=True),
+    Column("summary_due_at", DateTime(timezone=True), nullable=True),
+    Column("next_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("open_tool_calls", Integer, nullable=False, server_default="0"),
+    Column("wake_round", Integer, nullable=False, server_default="0"),
+    Column("wake_sequence", Integer, nullable=False, server_default="0"),
+    Column("wake_tokens", BigInteger, nullable=True),
     CheckConstraint("summary_failures >= 0", name="summary_failures"),
     CheckConstraint("context_summaries >= 1 AND context_recent_rounds >= 0", name="context"),
     Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
+    Index(
+        "ix_conversations_summary_due_at",
+        "summary_due_at",
+        postgresql_where=text("summary_due_at IS NOT NULL"),
+    ),
 )
 
 messages = Table(
@@ -62,21 +76,63 @@ messages = Table(
     Column("sequence", Integer, nullable=False),
     Column("round", Integer, nullable=False),
     Column("role", String(16), nullable=False),
-    Column("content", JSON, nullable=False),
+    Column("content", JSON, nullable=True),
     Column("metadata", JSON, nullable=True),
     Column("content_bytes", Integer, nullable=False),
+    Column("kind", String(16), nullable=False, server_default="message"),
+    Column("name", String(64), nullable=True),
+    Column("tool_calls", JSON, nullable=True),
+    Column("tool_call_id", String(100), nullable=True),
+    Column("source", String(1000), nullable=True),
+    Column("tokens", Integer, nullable=False, server_default="0"),
+    Column("tokens_before", BigInteger, nullable=False, server_default="0"),
+    Column("boundary", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "sequence", name="uq_messages_conversation_sequence"),
     CheckConstraint("role IN ('user', 'assistant', 'system', 'tool')", name="role"),
     CheckConstraint("sequence >= 0", name="sequence_non_negative"),
     CheckConstraint("round >= 0", name="round_non_negative"),
     CheckConstraint("content_bytes >= 0", name="content_bytes_non_negative"),
+    CheckConstraint("kind IN ('message', 'tool_call', 'tool_result', 'context')", name="kind"),
+    CheckConstraint("tokens >= 0 AND tokens_before >= 0", name="tokens_non_negative"),
+    Index("ix_messages_boundary", "conversation_id", "sequence", postgresql_where=text("boundary")),
+    Index("ix_messages_boundary_round", "conversation_id", "round", postgresql_where=text("boundary")),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column(
+        "conversation_id",
+        String(50),
+        ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("call_id", String(100), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "call_id", name="pk_tool_calls"),
+)
+
+# One result per call, and only for a call made earlier in the conversation: the keys decide.
+tool_results = Table(
+    "tool_results",
+    metadata,
+    Column("conversation_id", String(50), nullable=False),
+    Column("call_id", String(100), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "call_id", name="pk_tool_results"),
+    ForeignKeyConstraint(
+        ["conversation_id", "call_id"],
+        ["tool_calls.conversation_id", "tool_calls.call_id"],
+        name="fk_tool_results_conversation_id_tool_calls",
+        ondelete="CASCADE",
+    ),
 )
 
 memory = Table(
     "memory",
     metadata,
-    Column("memory_id", Integer, primary_key=True, autoincrement=True),
+    Column("memory_id", Integer, nullable=False, autoincrement=True),
     Column(
         "conversation_id",
         String(50),
@@ -90,7 +146,7 @@ memory = Table(
     Column("start_round", Integer, nullable=False),
     Column("end_round", Integer, nullable=False),
     Column("input_start_sequence", Integer, nullable=False),
-    Column("base_memory_id", Integer, ForeignKey("memory.memory_id"), nullable=True),
+    Column("base_memory_id", Integer, nullable=True),
     Column("status", String(20), nullable=False, server_default="completed"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("generation_time_ms", Integer, nullable=True),
@@ -98,9 +154,21 @@ memory = Table(
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     Column("attempts", Integer, nullable=False, server_default="1"),
     Column("error", Text, nullable=True),
+    Column("tokens", Integer, nullable=False, server_default="0"),
+    Column("input_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("from_at", DateTime(timezone=True), nullable=True),
+    Column("to_at", DateTime(timezone=True), nullable=True),
+    # Every key leads with conversation_id, so the schema can be distributed by conversation.
+    PrimaryKeyConstraint("conversation_id", "memory_id", name="pk_memory"),
+    ForeignKeyConstraint(
+        ["conversation_id", "base_memory_id"],
+        ["memory.conversation_id", "memory.memory_id"],
+        name="fk_memory_conversation_id_memory",
+    ),
     CheckConstraint("status IN ('processing', 'completed', 'failed')", name="status"),
+    CheckConstraint("tokens >= 0 AND input_tokens >= 0", name="tokens_non_negative"),
     CheckConstraint("0 <= start_sequence AND start_sequence <= end_sequence", name="window"),
-    CheckConstraint("kind IN ('window', 'block')", name="kind"),
+    CheckConstraint("kind IN ('window', 'block', 'compression', 'fold')", name="kind"),
     CheckConstraint("0 <= start_round AND start_round <= end_round", name="rounds"),
     CheckConstraint(
         "start_sequence <= input_start_sequence AND input_start_sequence <= end_sequence", name="input"
@@ -117,11 +185,13 @@ memory = Table(
         unique=True,
         postgresql_where=text("status = 'processing'"),
     ),
+    Index("ix_memory_memory_id", "memory_id"),
     Index(
         "ix_memory_processing_lease",
         "lease_expires_at",
         postgresql_where=text("status = 'processing'"),
     ),
+    Index("ix_memory_failed", "memory_id", postgresql_where=text("status = 'failed'")),
 )
 
 idempotency_keys = Table(

@@ -18,10 +18,17 @@ from pydantic import (
     model_validator,
 )
 
+from app.api import examples
 from app.memory.policies import PolicyConfig
 from app.memory.types import Content
 
 Role = Literal["user", "assistant", "system", "tool"]
+EntryType = Literal["message", "tool_call", "tool_result", "context"]
+# The names the policies, the memory table and the circuit breaker use (tests/unit check they agree).
+PolicyName = Literal["sliding_window", "rolling_blocks", "token_budget"]
+MemoryKind = Literal["window", "block", "compression", "fold"]
+MemoryStatus = Literal["processing", "completed", "failed"]
+CircuitState = Literal["closed", "open", "half_open"]
 # PostgreSQL's jsonb cannot store U+0000, so metadata strings exclude it (a 422, not a 500).
 _NO_NUL = r"^[^\x00]*$"
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=_NO_NUL)]
@@ -98,6 +105,11 @@ def _content(value: object) -> Content:
     raise ValueError("content must be a string, a JSON object or a JSON array")
 
 
+def _examples(*values: Any) -> ConfigDict:
+    """A model's example values in its JSON schema (the docs pages show the first)."""
+    return ConfigDict(json_schema_extra={"examples": list(values)})
+
+
 _NON_BLANK = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 _CONTENT_SCHEMA = {
     "anyOf": [
@@ -127,19 +139,98 @@ class RequestBody(BaseModel):
         return value
 
 
+ToolCallId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[\x21-\x7e]+$")]
+
+
+def _json_arguments(value: str) -> str:
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise ValueError("function.arguments must be a JSON text (as the model wrote it)") from None
+    return value
+
+
+class ToolFunctionIn(RequestBody):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    arguments: Annotated[str, StringConstraints(max_length=100_000), AfterValidator(_json_arguments)] = Field(
+        description="The call's arguments, a JSON text, as the model wrote it."
+    )
+
+
+class ToolCallIn(RequestBody):
+    id: ToolCallId
+    type: Literal["function"] = "function"
+    function: ToolFunctionIn
+
+
 class MessageIn(RequestBody):
+    """A chat message as OpenAI's Chat Completions API takes it (role, content, name, an
+    assistant's tool_calls, a tool message's tool_call_id), or seed 003's added context
+    (``type: "context"`` with its ``source``); returned exactly as posted."""
+
+    model_config = _examples(examples.MESSAGE_IN)
+
     role: Role
-    # A string, or a JSON object or array stored as posted (e.g. seed 000's userRequest and
-    # aiResponse objects).
-    content: Annotated[Content, PlainValidator(_content), WithJsonSchema(_CONTENT_SCHEMA)]
+    # A string, an array of content parts, or a JSON object stored as posted (e.g. seed 000's
+    # userRequest and aiResponse objects); null only for an assistant message that calls tools.
+    content: Annotated[Content, PlainValidator(_content), WithJsonSchema(_CONTENT_SCHEMA)] | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    tool_calls: list[ToolCallIn] | None = Field(
+        default=None, min_length=1, max_length=128, description="An assistant's tool calls."
+    )
+    tool_call_id: ToolCallId | None = Field(default=None, description="The call a tool message answers.")
+    type: Literal["message", "context"] = Field(
+        default="message",
+        description="`context` marks added context (a file, a document) rather than conversation.",
+    )
+    source: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        pattern=_NO_NUL,
+        description="Where a context entry comes from.",
+    )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,
         max_length=64,
         description="Flat labels (strings, numbers, booleans, null) kept with the message.",
     )
 
+    @model_validator(mode="after")
+    def _shape(self) -> MessageIn:
+        if self.tool_calls is not None:
+            if self.role != "assistant":
+                raise ValueError("only an assistant message may have tool_calls")
+            ids = [call.id for call in self.tool_calls]
+            if len(set(ids)) != len(ids):
+                raise ValueError("tool_calls repeat an id")
+        if self.role == "tool":
+            if self.tool_call_id is None:
+                raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        elif self.tool_call_id is not None:
+            raise ValueError("only a tool message may have a tool_call_id")
+        if self.content is None and self.tool_calls is None:
+            raise ValueError("content is required (null only for an assistant message with tool_calls)")
+        if self.type == "context":
+            if self.role not in ("system", "user"):
+                raise ValueError("a context entry has role system or user")
+        elif self.source is not None:
+            raise ValueError("source is for context entries (type: context)")
+        return self
+
+    @property
+    def entry_type(self) -> EntryType:
+        """Seed 003's type of the entry."""
+        if self.type == "context":
+            return "context"
+        if self.tool_calls is not None:
+            return "tool_call"
+        return "tool_result" if self.role == "tool" else "message"
+
 
 class AppendMessagesIn(RequestBody):
+    model_config = _examples(examples.APPEND_MESSAGES_IN)
+
     # The schema's bound fails at once on a huge list, before any item is validated; the
     # deployment's (smaller) MEMORY_MAX_MESSAGES_PER_REQUEST is checked after. Both are a 413.
     messages: list[MessageIn] = Field(
@@ -151,8 +242,47 @@ class AppendMessagesIn(RequestBody):
         description="Flat key/value labels, merged into the conversation's metadata.",
     )
 
+    @model_validator(mode="after")
+    def _pairing(self) -> AppendMessagesIn:
+        """Tool calls and results in Chat Completions order: an assistant's calls are followed
+        by one tool message per call (in any order) before any other message. A round may end
+        with calls unanswered; the next round then starts with their results. (Results of an
+        earlier round's calls are checked against the conversation when the round is stored.)"""
+        made: set[str] = set()
+        made_later = {call.id for message in self.messages for call in message.tool_calls or ()}
+        open_calls: set[str] = set()
+        leading = True  # still in the round's leading tool messages
+        for index, message in enumerate(self.messages):
+            answer = message.tool_call_id
+            if answer is not None:
+                if answer in open_calls:
+                    open_calls.discard(answer)
+                elif answer in made_later - made:
+                    raise ValueError(f"messages[{index}] answers tool call {answer!r} before it is made")
+                elif not leading or answer in made:
+                    raise ValueError(
+                        f"messages[{index}] answers tool call {answer!r}, which is not waiting for a "
+                        "result here (a tool message follows the assistant message that made the call)"
+                    )
+                continue
+            leading = False
+            if open_calls:
+                raise ValueError(
+                    f"messages[{index}] comes before the results of tool calls "
+                    f"{', '.join(repr(c) for c in sorted(open_calls))}: a tool message for each call "
+                    "follows the assistant message that made it"
+                )
+            for call in message.tool_calls or ():
+                if call.id in made:
+                    raise ValueError(f"tool call id {call.id!r} is used twice")
+                made.add(call.id)
+                open_calls.add(call.id)
+        return self
+
 
 class CreateConversationIn(RequestBody):
+    model_config = _examples(examples.CREATE_CONVERSATION_IN)
+
     conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
     memory_policy: PolicyConfig | None = Field(
         default=None,
@@ -162,52 +292,98 @@ class CreateConversationIn(RequestBody):
     metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=64)
 
 
+class UpdateConversationIn(RequestBody):
+    model_config = _examples(examples.UPDATE_CONVERSATION_IN)
+
+    memory_policy: PolicyConfig = Field(
+        description="New parameters for the conversation's policy (its name, and the parameters to "
+        "change; the others keep their values). Applies from the next round. Another name is a 409."
+    )
+
+
+class ToolFunctionOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: ToolFunctionOut
+
+
 class MessageOut(BaseModel):
+    model_config = _examples(examples.MESSAGES[0])
+
     sequence: int
     round: int = Field(description="The round (POST) the message came in, from 0.")
-    role: str
-    content: Any = Field(description="As posted: a string, or a JSON object or array.")
+    type: EntryType = Field(description="Seed 003's entry type: message, tool_call, tool_result or context.")
+    role: Role
+    content: Any = Field(
+        description="As posted: a string, an array of content parts, a JSON object, or null."
+    )
+    name: str | None
+    tool_calls: list[ToolCallOut] | None = Field(description="An assistant's tool calls, as posted.")
+    tool_call_id: str | None
+    source: str | None = Field(description="Where a context entry comes from.")
+    tokens: int = Field(description="The message's tokens for the deployment's model (MEMORY_MODEL).")
     metadata: dict[str, Any] | None
     created_at: datetime
 
 
 class MemoryStarted(BaseModel):
+    model_config = _examples(examples.MEMORY_STARTED)
+
     memory_id: int
-    kind: str
+    kind: MemoryKind
     start_sequence: int
     end_sequence: int
     start_round: int
     end_round: int
     base_memory_id: int | None
-    status: str
+    status: MemoryStatus
     created_at: datetime
 
 
 class AppendMessagesOut(BaseModel):
+    model_config = _examples(examples.APPEND_MESSAGES_OUT)
+
     conversation_id: str
     created: bool = Field(description="True when this request created the conversation.")
     round: int = Field(description="This round's number, from 0.")
     messages: list[MessageOut]
-    memory: MemoryStarted | None = Field(description="The summary this round started, if the trigger fired.")
+    summary_due: bool = Field(
+        description="Whether a summary of the conversation is due after this round: a runner (this "
+        "replica, another, or a worker) claims and starts it; GET .../context shows it as "
+        "`processing` once it runs."
+    )
 
 
 class ContextSummary(BaseModel):
+    model_config = _examples(examples.CONTEXT_SUMMARY)
+
     memory_id: int
-    kind: str
+    kind: MemoryKind
     text: str
     start_sequence: int
     end_sequence: int
     start_round: int
     end_round: int
     base_memory_id: int | None
+    tokens: int = Field(description="Tokens of the summary's text.")
+    input_tokens: int = Field(description="Tokens of the messages it covers.")
+    from_at: datetime | None = Field(description="When the first message it covers was stored.")
+    to_at: datetime | None = Field(description="When the last one was.")
     created_at: datetime
     completed_at: datetime | None
     generation_time_ms: int | None
 
 
 class ProcessingMemory(BaseModel):
+    model_config = _examples(examples.PROCESSING_MEMORY)
+
     memory_id: int
-    kind: str
+    kind: MemoryKind
     start_sequence: int
     end_sequence: int
     base_memory_id: int | None
@@ -215,19 +391,36 @@ class ProcessingMemory(BaseModel):
 
 
 class OmittedMessages(BaseModel):
+    model_config = _examples({"start_sequence": 0, "end_sequence": 1999, "count": 2000})
+
     start_sequence: int
     end_sequence: int
     count: int
 
 
 class SummaryBackoff(BaseModel):
+    model_config = _examples({"failures": 2, "retry_at": "2026-04-01T09:08:30.000000Z"})
+
     failures: int = Field(description="Summaries that failed in a row.")
     retry_at: datetime | None
 
 
+class ContextTokens(BaseModel):
+    summaries: int
+    messages: int
+    total: int
+
+
+class ContextWindow(BaseModel):
+    tokens: int
+    used_percent: float
+
+
 class ContextOut(BaseModel):
+    model_config = _examples(examples.CONTEXT, examples.CONTEXT_WHILE_PROCESSING)
+
     conversation_id: str
-    policy: str = Field(description="The conversation's memory policy.")
+    policy: PolicyName = Field(description="The conversation's memory policy.")
     summaries: list[ContextSummary] = Field(
         description="The completed summaries the policy shows, newest first."
     )
@@ -237,7 +430,10 @@ class ContextOut(BaseModel):
         "memory is null), and at least the policy's recent rounds; capped to the newest "
         "MEMORY_MAX_CONTEXT_MESSAGES messages and MEMORY_MAX_CONTEXT_BYTES (then truncated)."
     )
-    truncated: bool = Field(description="True when the caps left older raw messages out.")
+    truncated: bool = Field(
+        description="True when the caps (or ?max_tokens) left older raw messages out; "
+        "omitted_messages says which."
+    )
     omitted_messages: OmittedMessages | None = Field(description="The raw messages left out, if any.")
     processing: ProcessingMemory | None = Field(description="A newer summary still running.")
     summary_backoff: SummaryBackoff | None = Field(
@@ -245,21 +441,27 @@ class ContextOut(BaseModel):
         "before retry_at (a manual one or a retry still can)."
     )
     last_sequence: int | None = Field(description="Sequence of the newest stored message.")
+    tokens: ContextTokens = Field(description="The context's size in tokens, for the deployment's model.")
+    context_window: ContextWindow | None = Field(
+        description="With ?context_window=N: the share of a model's window of N tokens the context uses."
+    )
     memory_lag_messages: int = Field(
         description="How many stored messages the newest summary does not cover."
     )
 
 
 class MemoryOut(BaseModel):
+    model_config = _examples(examples.MEMORY)
+
     memory_id: int
-    kind: str
+    kind: MemoryKind
     start_sequence: int
     end_sequence: int
     start_round: int
     end_round: int
     input_start_sequence: int = Field(description="The first message the summarizer was given.")
     base_memory_id: int | None
-    status: str
+    status: MemoryStatus
     created_at: datetime
     completed_at: datetime | None
     generation_time_ms: int | None
@@ -273,21 +475,27 @@ class MemoryOut(BaseModel):
 
 
 class MemoriesOut(BaseModel):
+    model_config = _examples(examples.MEMORIES)
+
     conversation_id: str
     memories: list[MemoryOut]
 
 
 class MessagesPageOut(BaseModel):
+    model_config = _examples(examples.MESSAGES_PAGE)
+
     conversation_id: str
     messages: list[MessageOut]
     next_after_sequence: int | None = Field(description="Pass as after_sequence for the next page.")
 
 
 class ConversationOut(BaseModel):
+    model_config = _examples(examples.CONVERSATION)
+
     conversation_id: str
     created_at: datetime
     metadata: dict[str, Any] | None = Field(description="Null in listings unless include_metadata.")
-    memory_policy: dict[str, Any] = Field(description="The resolved policy: its name and every parameter.")
+    memory_policy: PolicyConfig = Field(description="The resolved policy: its name and every parameter.")
     message_count: int
     round_count: int
     summary_failures: int = Field(description="Summaries that failed in a row (0 once one completes).")
@@ -296,11 +504,15 @@ class ConversationOut(BaseModel):
 
 
 class ConversationsPageOut(BaseModel):
+    model_config = _examples(examples.CONVERSATIONS_PAGE)
+
     conversations: list[ConversationOut]
     next_after: str | None = Field(description="Pass as after for the next page.")
 
 
 class FailingConversation(BaseModel):
+    model_config = _examples(examples.FAILING_CONVERSATION)
+
     conversation_id: str
     summary_failures: int
     summary_retry_at: datetime | None
@@ -308,6 +520,8 @@ class FailingConversation(BaseModel):
 
 
 class StuckMemory(BaseModel):
+    model_config = _examples(examples.STUCK_MEMORY)
+
     conversation_id: str
     memory_id: int
     created_at: datetime
@@ -316,6 +530,8 @@ class StuckMemory(BaseModel):
 
 
 class FailedMemory(BaseModel):
+    model_config = _examples(examples.FAILED_MEMORY)
+
     conversation_id: str
     memory_id: int
     start_sequence: int
@@ -327,6 +543,8 @@ class FailedMemory(BaseModel):
 
 
 class WindowRow(BaseModel):
+    model_config = _examples(examples.WINDOW_ROW)
+
     conversation_id: str
     memory_id: int
     start_sequence: int
@@ -336,6 +554,8 @@ class WindowRow(BaseModel):
 
 
 class GenerationStats(BaseModel):
+    model_config = _examples(examples.GENERATION_STATS)
+
     avg_ms: float | None
     max_ms: int | None
     p50_ms: float | None
@@ -344,16 +564,111 @@ class GenerationStats(BaseModel):
 
 
 class RunnerStats(BaseModel):
-    accepting: bool
-    llm_circuit: str = Field(description="closed, open (no summary starts) or half_open.")
+    model_config = _examples(examples.RUNNER_STATS)
+
+    running: int = Field(description="Your summaries running now, on any replica or worker.")
+    queued: int = Field(
+        description="Your summaries planned and waiting for a runner (or for a retry after "
+        "their runner stopped)."
+    )
+    due: int = Field(description="Your conversations whose next summary is due and not yet planned.")
+    oldest_due_seconds: float | None = Field(description="How long the oldest of them has waited.")
+    runs_summaries: bool = Field(
+        description="Whether this replica claims and runs summaries (MEMORY_RUN_SUMMARIES)."
+    )
+    max_concurrent: int = Field(description="Summaries this replica runs at once at most.")
+    llm_circuit: CircuitState = Field(description="closed, open (no summary starts) or half_open.")
     llm_consecutive_failures: int
     llm_circuit_retry_in_seconds: float
-    running: int
-    waiting: int
-    max_concurrent: int
-    max_pending: int
+
+
+# ---- Errors: every error body is {"detail", "code"} (app.api.responses documents each status) ----
+
+ErrorCode = Literal[
+    "bad_request",
+    "unauthorized",
+    "not_found",
+    "method_not_allowed",
+    "request_timeout",
+    "conflict",
+    "payload_too_large",
+    "unsupported_media_type",
+    "invalid_request",
+    "header_too_large",
+    "internal_error",
+    "unavailable",
+    "http_error",
+]
 
 
 class ErrorOut(BaseModel):
-    detail: Any
-    code: str
+    detail: str = Field(description="What went wrong, for a person (names the setting of a limit).")
+    code: ErrorCode = Field(description="What went wrong, for a program: one per status.")
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description="Where: body, path, query or header, then the field's path.")
+    msg: str
+    type: str = Field(description="pydantic's error type (``more`` for the line counting the rest).")
+
+
+class ValidationErrorOut(BaseModel):
+    detail: list[FieldError] = Field(description="The first 20 errors, then one line counting the rest.")
+    code: Literal["invalid_request"]
+
+
+class InternalErrorOut(BaseModel):
+    detail: Literal["internal error"]
+    code: Literal["internal_error"]
+    request_id: str | None = Field(description="The X-Request-ID the traceback is logged with.")
+
+
+class HealthOut(BaseModel):
+    model_config = _examples({"status": "ok"})
+
+    status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    model_config = _examples({"status": "ready", "migration": "0003"})
+
+    status: Literal["ready"]
+    migration: str | None = Field(description="The database's Alembic revision (this code's head).")
+
+
+class NotReadyOut(BaseModel):
+    status: Literal["unavailable"]
+    detail: str
+
+
+# ---- The admin view (MEMORY_ADMIN_KEY): the ops rows of every tenant, each with its tenant ------
+
+
+class AdminStuckMemory(StuckMemory):
+    tenant_id: str
+
+
+class AdminFailedMemory(FailedMemory):
+    tenant_id: str
+
+
+class AdminFailingConversation(FailingConversation):
+    tenant_id: str
+
+
+class AdminWindowRow(WindowRow):
+    tenant_id: str
+
+
+class TenantLoad(BaseModel):
+    tenant_id: str
+    running: int
+    queued: int
+    due: int
+    oldest_due_seconds: float | None
+
+
+class AdminRunnerStats(RunnerStats):
+    """``running``, ``queued``, ``due`` and ``oldest_due_seconds`` over every tenant."""
+
+    tenants: list[TenantLoad] = Field(description="Each tenant with summary work, by tenant id.")

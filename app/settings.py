@@ -7,6 +7,7 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -54,7 +55,12 @@ class Settings(BaseSettings):
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     # Client-side (asyncpg command_timeout): also bounds a statement on a frozen server.
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
-    DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=60.0, ge=0)
+    # `serve`, `migrate` and `ops` wait this long for a database that refuses connections, does
+    # not answer or is starting up (each attempt bounded by DATABASE_CONNECT_TIMEOUT_SECONDS),
+    # then exit with one line naming the cause.
+    DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=10.0, ge=0, le=3600)
+    # Set when DATABASE_URL points at PgBouncer in transaction pooling mode (see the README).
+    DATABASE_PGBOUNCER: bool = False
 
     MEMORY_POLICY: str = Field(
         default="sliding_window",
@@ -77,14 +83,18 @@ class Settings(BaseSettings):
     MEMORY_SUMMARY_MAX_CHARS: int = Field(default=4000, ge=200)
 
     MEMORY_CATCH_UP_ON_COMPLETION: bool = Field(
-        default=False,
+        default=True,
         description="When a summary completes and rounds arrived meanwhile, start the next one "
-        "at once instead of at the next round's end (seed 002's flow when false).",
+        "at once, covering all of them; false waits for the next round's end (seed 002's flow).",
     )
+    MEMORY_SUMMARIZE_EVERY: int = Field(default=1, ge=1, le=100_000)
     MEMORY_PROCESSING_TIMEOUT_SECONDS: float = Field(default=300.0, gt=0)
     MEMORY_REAPER_INTERVAL_SECONDS: float = Field(default=30.0, gt=0)
-    MEMORY_MAX_CONCURRENT_SUMMARIES: int = Field(default=8, ge=1, le=10_000)
-    MEMORY_MAX_PENDING_SUMMARIES: int = Field(default=1000, ge=0)
+    # Summaries wait on the model, not the CPU: see the README's measurement.
+    MEMORY_MAX_CONCURRENT_SUMMARIES: int = Field(default=64, ge=1, le=10_000)
+    MEMORY_RUN_SUMMARIES: bool = True
+    MEMORY_CLAIM_INTERVAL_SECONDS: float = Field(default=0.5, gt=0, le=60)
+    MEMORY_SUMMARY_MAX_ATTEMPTS: int = Field(default=5, ge=1, le=100)
     MEMORY_SHUTDOWN_GRACE_SECONDS: float = Field(default=20.0, ge=0)
 
     MEMORY_IDEMPOTENCY_TTL_HOURS: float = Field(default=24.0, gt=0)
@@ -117,10 +127,25 @@ class Settings(BaseSettings):
         description="Comma-separated tenant:key pairs; when set, every endpoint but the "
         "health checks requires 'Authorization: Bearer <key>' or 'X-API-Key'.",
     )
+    MEMORY_ADMIN_KEY: SecretStr | None = Field(
+        default=None,
+        description="An operator's key (at least 16 characters): the /admin/ops endpoints over every "
+        "tenant, and /metrics. Tenant keys never see other tenants.",
+    )
+    MEMORY_METRICS_PUBLIC: bool | None = Field(
+        default=None,
+        description="Serve /metrics without a key. Unset: only when neither MEMORY_API_KEYS nor "
+        "MEMORY_ADMIN_KEY is set; otherwise /metrics needs the admin key.",
+    )
+    # How often each process reads the due, queued, stuck and failed work counts for /metrics.
+    MEMORY_METRICS_REFRESH_SECONDS: float = Field(default=15.0, gt=0, le=3600)
 
     LOG_LEVEL: str = "INFO"
+    LOG_FORMAT: Literal["text", "json"] = "text"
 
-    @field_validator("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMORY_API_KEYS", mode="before")
+    @field_validator(
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMORY_API_KEYS", "MEMORY_ADMIN_KEY", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # docker compose passes unset variables as "", which must mean "not configured".
@@ -147,12 +172,23 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
+    @field_validator("LOG_FORMAT", mode="before")
+    @classmethod
+    def _lower_format(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check_summarizer(self) -> Settings:
         if self.MEMORY_SUMMARIZER is SummarizerKind.OPENAI and self.OPENAI_API_KEY is None:
             raise ValueError("MEMORY_SUMMARIZER=openai needs OPENAI_API_KEY")
         if self.MEMORY_API_KEYS is not None:
             self.api_keys  # noqa: B018 - parse now so a bad value fails at start-up
+        if self.MEMORY_ADMIN_KEY is not None:
+            admin = self.admin_key or ""
+            if len(admin) < 16:
+                raise ValueError("MEMORY_ADMIN_KEY must be at least 16 characters")
+            if admin in self.api_keys:
+                raise ValueError("MEMORY_ADMIN_KEY must differ from every tenant's key")
         return self
 
     @property
@@ -169,6 +205,7 @@ class Settings(BaseSettings):
                 "window_size": self.MEMORY_ROLLING_WINDOW_SIZE,
                 "summarize_after_seq": self.MEMORY_SUMMARIZE_AFTER_SEQ,
                 "catch_up_on_completion": self.MEMORY_CATCH_UP_ON_COMPLETION,
+                "summarize_every": self.MEMORY_SUMMARIZE_EVERY,
             }
         }
 
@@ -185,6 +222,10 @@ class Settings(BaseSettings):
         if self.MEMORY_API_KEYS is None:
             return {}
         return _parse_api_keys(self.MEMORY_API_KEYS.get_secret_value())
+
+    @property
+    def admin_key(self) -> str | None:
+        return None if self.MEMORY_ADMIN_KEY is None else self.MEMORY_ADMIN_KEY.get_secret_value().strip()
 
 
 # A tenant is stored in conversations.tenant_id (VARCHAR(64)) and shows up in logs and ops
@@ -235,9 +276,28 @@ class SettingsError(RuntimeError):
     """Raised at start-up with a message naming each invalid setting."""
 
 
+# Secrets by file (Docker and Kubernetes secrets): a file named after a setting, in any case
+# (/run/secrets/OPENAI_API_KEY), holds its value. The environment and .env win over files.
+SECRETS_DIR_VARIABLE = "MEMORY_SECRETS_DIR"
+DEFAULT_SECRETS_DIR = Path("/run/secrets")
+
+
+def secrets_dir() -> Path | None:
+    """MEMORY_SECRETS_DIR, else /run/secrets when it exists (None: no secret files)."""
+    named = os.environ.get(SECRETS_DIR_VARIABLE)
+    if named:
+        folder = Path(named).expanduser()
+        if not folder.is_dir():
+            raise SettingsError(f"invalid settings: {SECRETS_DIR_VARIABLE}: {folder} is not a directory")
+        return folder
+    return DEFAULT_SECRETS_DIR if DEFAULT_SECRETS_DIR.is_dir() else None
+
+
 def load_settings() -> Settings:
+    """The settings from the environment, .env and the secret files, or a SettingsError naming
+    each invalid one."""
     try:
-        return Settings()
+        return Settings(_secrets_dir=secrets_dir())
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -8,9 +8,12 @@ writes JSON to bench/results/.
 
 Scenarios: context (GET context on conversations of 10 / 1,000 / 100,000 messages, per memory
 policy: sliding window and rolling blocks), post (POST latency with a 0 s and a 2 s LLM), mixed
-(1,000 conversations, 50 clients, GET + POST rounds),
-floor (a minimal Starlette + asyncpg app running the same SQL), tokens (context and LLM input
-size over 300 rounds against sending the full history).
+(1,000 conversations, 50 clients, GET + POST rounds, with a 1 s and a 2 s LLM: summary lag, LLM
+calls and CPU per round, drain), floor (a minimal Starlette + asyncpg app running the same SQL),
+tokens (context and LLM input size over 300 rounds against sending the full history), append
+(POST throughput of an API replica with summaries off, with a worker, combined, two combined
+replicas, and the write floor), sizing (summaries/s of a worker per
+MEMORY_MAX_CONCURRENT_SUMMARIES with a 1 s LLM).
 
 Exit status: 0 when every correctness check passed (no HTTP errors, no stuck or failed
 summaries), 1 when one did not (or, with --strict, when a performance target was missed),
@@ -31,6 +34,7 @@ from bench.db import DEFAULT_SERVER_URL
 from bench.harness import DEFAULT_RESULTS_DIR, SCENARIOS, Bench, Options
 from bench.report import evaluate, render, write_json
 from bench.scales import SCALES
+from bench.scenarios import APPEND_DEPLOYMENTS
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -38,6 +42,34 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not sizes or min(sizes) < 6:
         raise argparse.ArgumentTypeError("comma-separated message counts, each >= 6")
     return sizes
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("comma-separated numbers") from exc
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError("comma-separated numbers, each >= 0")
+    return values
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("comma-separated integers") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("comma-separated integers, each >= 1")
+    return values
+
+
+def _deployments(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in APPEND_DEPLOYMENTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(APPEND_DEPLOYMENTS)}")
+    return names
 
 
 def _scenarios(text: str) -> tuple[str, ...]:
@@ -120,8 +152,28 @@ def build_parser() -> argparse.ArgumentParser:
     sizes.add_argument("--mixed-conversations", type=int)
     sizes.add_argument("--mixed-clients", type=int)
     sizes.add_argument("--mixed-rounds", type=int)
-    sizes.add_argument("--mixed-llm-latency", type=float, help="LLM latency during the mixed run (s)")
+    sizes.add_argument(
+        "--mixed-llm-latencies",
+        type=_floats,
+        help="LLM latencies of the mixed runs (s), one run each, e.g. 1,2",
+    )
     sizes.add_argument("--token-rounds", type=int)
+    sizes.add_argument("--append-conversations", type=int)
+    sizes.add_argument("--append-concurrency", type=int, help="connections of the append runs")
+    sizes.add_argument("--append-duration", type=float, help="seconds per append run")
+    sizes.add_argument("--append-repeats", type=int, help="interleaved repeats of the append runs")
+    sizes.add_argument("--append-llm-latency", type=float, help="LLM latency during the append runs (s)")
+    sizes.add_argument(
+        "--append-deployments",
+        type=_deployments,
+        default=(),
+        help=f"comma-separated subset of {','.join(APPEND_DEPLOYMENTS)} (default: all)",
+    )
+    sizes.add_argument(
+        "--sizing-caps", type=_ints, help="MEMORY_MAX_CONCURRENT_SUMMARIES values to compare, e.g. 8,64"
+    )
+    sizes.add_argument("--sizing-llm-latency", type=float, help="LLM latency of the sizing runs (s)")
+    sizes.add_argument("--sizing-seconds", type=float, help="measured seconds per sizing run")
     return parser
 
 
@@ -139,8 +191,16 @@ def options_from(args: argparse.Namespace) -> Options:
         "mixed_conversations": args.mixed_conversations,
         "mixed_clients": args.mixed_clients,
         "mixed_rounds": args.mixed_rounds,
-        "mixed_llm_latency": args.mixed_llm_latency,
+        "mixed_llm_latencies": args.mixed_llm_latencies,
         "token_rounds": args.token_rounds,
+        "append_conversations": args.append_conversations,
+        "append_concurrency": args.append_concurrency,
+        "append_duration_seconds": args.append_duration,
+        "append_repeats": args.append_repeats,
+        "append_llm_latency": args.append_llm_latency,
+        "sizing_caps": args.sizing_caps,
+        "sizing_llm_latency": args.sizing_llm_latency,
+        "sizing_seconds": args.sizing_seconds,
     }
     changes = {k: v for k, v in overrides.items() if v is not None}
     if args.no_memory_history:
@@ -161,6 +221,7 @@ def options_from(args: argparse.Namespace) -> Options:
         log_level=args.log_level.upper(),
         approx_tokens=args.approx_tokens,
         service_env=dict(args.service_env),
+        append_deployments=args.append_deployments,
     )
 
 

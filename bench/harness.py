@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,18 +23,29 @@ from typing import Any
 import asyncpg
 import httpx
 import orjson
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from app.settings import Settings
 from bench import wrk
 from bench.db import create_database, drop_database, new_database_name, redact
-from bench.procs import Child, child_env, launch, machine_busy_seconds, migrate, postgres_cpu_seconds
-from bench.scales import Scale
+from bench.procs import (
+    Child,
+    child_env,
+    cpu_delta,
+    cpu_of,
+    launch,
+    launch_quiet,
+    machine_busy_seconds,
+    migrate,
+    postmaster_of,
+)
+from bench.scales import Scale, mixed_prefix, sizing_backlog, sizing_prefix
 from bench.seed import CONTEXT_PREFIXES, POLICIES, ConversationSeed, Seeder, vacuum_analyze
 from bench.textgen import rng_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = ROOT / "bench" / "results"
-SCENARIOS = ("context", "post", "mixed", "floor", "tokens")
+SCENARIOS = ("context", "post", "mixed", "floor", "tokens", "append", "sizing")
 
 
 @dataclass
@@ -52,6 +63,23 @@ class Options:
     log_level: str = "INFO"
     approx_tokens: bool = False
     service_env: dict[str, str] = field(default_factory=dict)
+    append_deployments: tuple[str, ...] = ()  # empty: every one
+
+
+class ServiceSettings(Settings):
+    """The settings of a service the harness starts: the values it is given and the defaults,
+    never this process's environment or a .env file (the children do not see those either)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
 
 
 def _git_commit() -> str | None:
@@ -113,12 +141,12 @@ class Bench:
         self.run_id = f"{self.scale.name}-{self.stamp}-{os.getpid()}"
         self.results_dir = opts.results_dir
         self.log_dir = self.results_dir / "logs" / self.run_id
-        self.window_size = int(opts.service_env.get("MEMORY_ROLLING_WINDOW_SIZE", "14"))
-        self.summarize_after_seq = int(opts.service_env.get("MEMORY_SUMMARIZE_AFTER_SEQ", "5"))
-        self.catch_up_on_completion = opts.service_env.get(
-            "MEMORY_CATCH_UP_ON_COMPLETION", "false"
-        ).strip().lower() in {"1", "true", "yes", "on"}
-        self.summary_max_chars = int(opts.service_env.get("MEMORY_SUMMARY_MAX_CHARS", "4000"))
+        # What the service runs with (its defaults and --service-env), for the seeder and the
+        # scenarios that depend on the policy's parameters.
+        self.settings = ServiceSettings.model_validate(
+            {"OPENAI_API_KEY": "bench-not-a-real-key", **opts.service_env}
+        )
+        self.window_size = self.settings.MEMORY_ROLLING_WINDOW_SIZE
         self.db_name = new_database_name()
         self.db_url = ""
         self.pool: asyncpg.Pool | None = None
@@ -126,6 +154,10 @@ class Bench:
         self.llm: Child | None = None
         self.service: Child | None = None
         self.floor: Child | None = None
+        # API replicas, workers and floors started by a scenario (stopped by it, or at teardown).
+        self.extra: list[Child] = []
+        self.service_env: dict[str, str] = {}
+        self.postgres_local = False
         self.wrk_exe: str | None = None
         self.timings: dict[str, float] = {}
         self.profiles: dict[str, Any] = {}
@@ -165,24 +197,70 @@ class Bench:
         data: dict[str, Any] = response.json()
         return data
 
+    async def postgres_cpu(self) -> dict[int, float]:
+        """CPU seconds so far of the PostgreSQL processes that work for this run: the backends
+        of its database and the server's background processes (WAL writer, checkpointer, ...,
+        shared with other databases on the server); empty when the server is not local. Compare
+        two snapshots with :func:`bench.procs.cpu_delta`: backends that ended between them are
+        not counted (short-lived connections, e.g. a pool's overflow, are missed)."""
+        if not self.postgres_local:
+            return {}
+        rows = await self.db.fetch(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() OR backend_type <> 'client backend'"
+        )
+        return cpu_of([int(r["pid"]) for r in rows])
+
+    async def due_work(self) -> dict[str, int]:
+        """Summary work left in the database, whoever runs it: conversations marked due (not yet
+        planned, or planned while a summary of theirs ran) and 'processing' rows (running, or
+        queued for a runner)."""
+        row = await self.db.fetchrow(
+            """
+            SELECT (SELECT count(*) FROM conversations WHERE summary_due_at IS NOT NULL) AS due,
+                   count(*) FILTER (WHERE lease_expires_at > now()) AS running,
+                   count(*) FILTER (WHERE lease_expires_at IS NULL OR lease_expires_at <= now()) AS queued
+            FROM memory WHERE status = 'processing'
+            """
+        )
+        return {"due": int(row["due"]), "running": int(row["running"]), "queued": int(row["queued"])}
+
     async def wait_idle(self, limit_seconds: float) -> dict[str, Any]:
-        """Wait until no summary runs or waits in the service and no row is 'processing'."""
+        """Drain: wait until no conversation is due and no summary is running or queued (read
+        from the database, so it holds for every runner). ``due_left`` is what was still due
+        when it returned: 0 unless it timed out."""
         started = time.perf_counter()
         while True:
-            runner = await self.runner_stats()
-            processing = await self.db.fetchval("SELECT count(*) FROM memory WHERE status = 'processing'")
+            work = await self.due_work()
             elapsed = time.perf_counter() - started
-            if runner["running"] == 0 and runner["waiting"] == 0 and processing == 0:
-                return {"seconds": round(elapsed, 3), "timed_out": False}
-            if elapsed > limit_seconds:
-                return {"seconds": round(elapsed, 3), "timed_out": True, "processing": processing, **runner}
+            idle = work["due"] == 0 and work["running"] == 0 and work["queued"] == 0
+            if idle or elapsed > limit_seconds:
+                return {
+                    "seconds": round(elapsed, 3),
+                    "timed_out": not idle,
+                    "due_left": work["due"],
+                    "processing_left": work["running"] + work["queued"],
+                }
             await asyncio.sleep(0.1)
 
-    async def run_load(self, spec: dict[str, Any], *, target: Child, label: str) -> dict[str, Any]:
+    async def run_load(
+        self,
+        spec: dict[str, Any],
+        *,
+        target: Child | Sequence[Child],
+        label: str,
+        also: Sequence[Child] = (),
+    ) -> dict[str, Any]:
         """One load run from a separate process (wrk for plain GET runs when chosen, else the
-        Python load generator), with the CPU the target and PostgreSQL used meanwhile."""
-        spec = {**spec, "base_url": target.base_url}
-        wall0, target0, db0 = time.perf_counter(), target.cpu_seconds(), postgres_cpu_seconds()
+        Python load generator), with the CPU the target(s), the processes in ``also`` (workers)
+        and PostgreSQL used meanwhile. Several targets: the load is spread over them (append
+        runs only); ``cpu_seconds`` has each process's total."""
+        targets = [target] if isinstance(target, Child) else list(target)
+        target = targets[0]
+        spec = {**spec, "base_url": target.base_url, "base_urls": [t.base_url for t in targets]}
+        watched = [*targets, *also]
+        cpu0 = [c.cpu_seconds() for c in watched]
+        wall0, db0 = time.perf_counter(), await self.postgres_cpu()
         machine0 = machine_busy_seconds()
         profiler = await self._start_profiler(label, target) if self.opts.profile else None
         try:
@@ -201,15 +279,23 @@ class Bench:
             if profiler is not None:
                 await self._stop_profiler(label, profiler)
         wall = time.perf_counter() - wall0
+        used = {c.name: c.cpu_seconds() - before for c, before in zip(watched, cpu0, strict=True)}
+        db_used = cpu_delta(db0, await self.postgres_cpu())
         result["label"] = label
         result["cpu_cores"] = {
-            target.name: round((target.cpu_seconds() - target0) / wall, 2),
-            "postgres": round((postgres_cpu_seconds() - db0) / wall, 2),
+            **{name: round(seconds / wall, 2) for name, seconds in used.items()},
+            "postgres": round(db_used / wall, 2),
             # everything on the machine, load generator and other tenants included
             "machine": round((machine_busy_seconds() - machine0) / wall, 2),
         }
-        if not target.alive():
-            raise RuntimeError(f"{target.name} died during {label}:\n{target.log_tail()}")
+        result["cpu_seconds"] = {
+            **{name: round(seconds, 3) for name, seconds in used.items()},
+            "postgres": round(db_used, 3),
+        }
+        result["wall_seconds"] = round(wall, 3)
+        for child in watched:
+            if not child.alive():
+                raise RuntimeError(f"{child.name} died during {label}:\n{child.log_tail()}")
         return result
 
     async def _python_loadgen(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -272,10 +358,8 @@ class Bench:
         """The seeder, with the policy parameters the service is started with (rolling blocks:
         the policy's defaults)."""
         return Seeder(
-            window_size=self.window_size,
-            summarize_after_seq=self.summarize_after_seq,
-            catch_up_on_completion=self.catch_up_on_completion,
-            max_chars=self.summary_max_chars,
+            policy_defaults=self.settings.policy_defaults,
+            max_chars=self.settings.MEMORY_SUMMARY_MAX_CHARS,
             history=self.scale.memory_history,
         )
 
@@ -296,10 +380,21 @@ class Bench:
                     ConversationSeed(f"{prefix}-{i}", 10, gap=4) for i in range(self.scale.post_conversations)
                 ]
         if "mixed" in chosen:
-            rng = rng_for("bench-mixed-history")
-            for i in range(self.scale.mixed_conversations):
-                rounds = rng.randint(0, 10)
-                seeds.append(ConversationSeed(f"mix-{i}", 2 * rounds, gap=2))
+            # The same histories (0-10 rounds) for every LLM latency's run, each on its own set.
+            for k in range(len(self.scale.mixed_llm_latencies)):
+                rng = rng_for("bench-mixed-history")
+                for i in range(self.scale.mixed_conversations):
+                    rounds = rng.randint(0, 10)
+                    seeds.append(ConversationSeed(f"{mixed_prefix(k)}-{i}", 2 * rounds, gap=2))
+        if "append" in chosen:
+            # A short history, so every measured POST takes the path of an existing conversation.
+            seeds += [ConversationSeed(f"app-{i}", 10, gap=4) for i in range(self.scale.append_conversations)]
+        if "sizing" in chosen:
+            for cap in self.scale.sizing_caps:
+                seeds += [
+                    ConversationSeed(f"{sizing_prefix(cap)}-{i}", 16, gap=4)
+                    for i in range(sizing_backlog(self.scale, cap))
+                ]
         return seeds
 
     async def _migrate(self) -> None:
@@ -320,6 +415,8 @@ class Bench:
 
         t0 = time.perf_counter()
         self.pool = await asyncpg.create_pool(self.db_url, min_size=1, max_size=3)
+        # Whether the server runs on this machine, so that its processes' CPU can be measured.
+        self.postgres_local = postmaster_of(await self.db.fetchval("SELECT pg_backend_pid()")) is not None
         async with self.db.acquire() as conn:
             seeded = await self.seeder.seed(conn, self.seeds())
             await vacuum_analyze(conn)
@@ -334,7 +431,7 @@ class Bench:
             log_path=self.log_dir / "fake_llm.log",
             health_path="/healthz",
         )
-        service_env = self.child_env(
+        self.service_env = self.child_env(
             {
                 "DATABASE_URL": self.db_url,
                 "OPENAI_API_KEY": "bench-not-a-real-key",
@@ -344,52 +441,99 @@ class Bench:
                 **self.opts.service_env,
             }
         )
-        workers = ["--workers", str(self.opts.workers)] if self.opts.workers > 1 else []
-
-        # As in production: uvicorn, no reload, access log off. The working directory is the
-        # run's log folder so a developer's .env cannot change the settings under test.
-        def uvicorn(app_path: str) -> Callable[[int], list[str]]:
-            return lambda port: [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                app_path,
-                "--no-access-log",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--app-dir",
-                str(ROOT),
-                *workers,
-            ]
-
         self.service = await launch(
             "service",
-            uvicorn("app.main:app"),
-            env=service_env,
+            self._uvicorn("app.main:app"),
+            env=self.service_env,
             cwd=self.log_dir,
             log_path=self.log_dir / "service.log",
             health_path="/readyz",
         )
         if "floor" in self.opts.scenarios:
-            # The same pool size as the service's, so the comparison is like for like.
-            pool_size = self.opts.service_env.get(
-                "DATABASE_POOL_SIZE", str(Settings.model_fields["DATABASE_POOL_SIZE"].default)
-            )
-            self.floor = await launch(
-                "floor",
-                uvicorn("bench.floor_app:app"),
-                env=self.child_env({"FLOOR_DATABASE_URL": self.db_url, "FLOOR_POOL_SIZE": pool_size}),
-                cwd=self.log_dir,
-                log_path=self.log_dir / "floor.log",
-                health_path="/healthz",
-            )
+            self.floor = await self._launch_floor("floor")
         self.timings["start_processes_seconds"] = round(time.perf_counter() - t0, 2)
         return seeded
 
+    def _uvicorn(self, app_path: str) -> Callable[[int], list[str]]:
+        """As in production: uvicorn, no reload, access log off. The working directory is the
+        run's log folder so a developer's .env cannot change the settings under test."""
+        workers = ["--workers", str(self.opts.workers)] if self.opts.workers > 1 else []
+        return lambda port: [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            app_path,
+            "--no-access-log",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--app-dir",
+            str(ROOT),
+            *workers,
+        ]
+
+    async def _launch_floor(self, name: str, extra: dict[str, str] | None = None) -> Child:
+        # The same pool size as the service's, so the comparison is like for like.
+        pool_size = str(self.settings.DATABASE_POOL_SIZE)
+        return await launch(
+            name,
+            self._uvicorn("bench.floor_app:app"),
+            env=self.child_env(
+                {"FLOOR_DATABASE_URL": self.db_url, "FLOOR_POOL_SIZE": pool_size, **(extra or {})}
+            ),
+            cwd=self.log_dir,
+            log_path=self.log_dir / f"{name}.log",
+            health_path="/healthz",
+        )
+
+    async def start_floor(self, name: str) -> Child:
+        """A floor app for a write run (its read pool is not opened up front)."""
+        child = await self._launch_floor(name, {"FLOOR_READ_POOL_MIN": "1"})
+        self.extra.append(child)
+        return child
+
+    async def start_replica(self, name: str, env: dict[str, str] | None = None) -> Child:
+        """Another API replica of the service (uvicorn app.main:app) with the run's settings plus
+        ``env`` (e.g. MEMORY_RUN_SUMMARIES=false), logging to <name>.log."""
+        child = await launch(
+            name,
+            self._uvicorn("app.main:app"),
+            env={**self.service_env, **(env or {})},
+            cwd=self.log_dir,
+            log_path=self.log_dir / f"{name}.log",
+            health_path="/readyz",
+        )
+        self.extra.append(child)
+        return child
+
+    async def start_worker(self, name: str, env: dict[str, str] | None = None) -> Child:
+        """A `memory-service worker` process (python -m app.cli worker --no-migrate) with the
+        run's settings plus ``env``; returns once it says it runs."""
+        child = await launch_quiet(
+            name,
+            [sys.executable, "-m", "app.cli", "worker", "--no-migrate"],
+            env={**self.service_env, **(env or {})},
+            cwd=self.log_dir,
+            log_path=self.log_dir / f"{name}.log",
+            ready_text="Worker running",
+        )
+        self.extra.append(child)
+        return child
+
+    async def stop_child(self, child: Child) -> None:
+        await child.stop()
+        if child in self.extra:
+            self.extra.remove(child)
+
+    async def stop_main_service(self) -> None:
+        """Stop the run's main service (summaries on): a scenario that starts its own runners
+        must not have it claim their due work. Scenarios after it cannot use it."""
+        if self.service is not None and self.service.alive():
+            await self.service.stop()
+
     async def teardown(self) -> None:
-        for child in (self.service, self.floor, self.llm):
+        for child in (*self.extra, self.service, self.floor, self.llm):
             if child is not None:
                 with contextlib.suppress(Exception):
                     await child.stop()
@@ -401,10 +545,13 @@ class Bench:
             await drop_database(self.opts.database_url, self.db_name)
 
     def service_log_summary(self) -> dict[str, Any]:
-        path = self.log_dir / "service.log"
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+        """Warnings and errors of every service process: the main one, replicas and workers."""
+        lines: list[str] = []
+        for path in sorted(self.log_dir.glob("*.log")):
+            if path.name.startswith(("service", "api-", "combined-", "worker")):
+                with contextlib.suppress(OSError):
+                    lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if not lines:
             return {}
         warnings = [line for line in lines if " WARNING " in line]
         errors = [line for line in lines if " ERROR " in line or line.startswith("Traceback")]
@@ -448,15 +595,27 @@ class Bench:
                 meta["postgres"] = await conn.fetchval("SHOW server_version")
             chosen = set(self.opts.scenarios)
             if chosen & {"context", "floor"}:
+                t0 = time.perf_counter()
                 results.update(
                     await scenarios.context_and_floor(self, "context" in chosen, "floor" in chosen)
                 )
-            if "post" in chosen:
-                results["post"] = await scenarios.post_latency(self)
-            if "mixed" in chosen:
-                results["mixed"] = await scenarios.mixed(self)
-            if "tokens" in chosen:
-                results["tokens"] = await scenarios.tokens(self)
+                if self.floor is not None:
+                    # Its pool holds DATABASE_POOL_SIZE connections open; nothing else uses it.
+                    await self.floor.stop()
+                self.timings["context_floor_seconds"] = round(time.perf_counter() - t0, 1)
+            # In this order: append and sizing start runners of their own, so they stop the main
+            # service first (for good).
+            for name, run in (
+                ("post", scenarios.post_latency),
+                ("mixed", scenarios.mixed),
+                ("tokens", scenarios.tokens),
+                ("append", scenarios.append_throughput),
+                ("sizing", scenarios.summary_concurrency),
+            ):
+                if name in chosen:
+                    t0 = time.perf_counter()
+                    results[name] = await run(self)
+                    self.timings[f"{name}_seconds"] = round(time.perf_counter() - t0, 1)
         finally:
             await self.teardown()
             meta["service_log"] = self.service_log_summary()

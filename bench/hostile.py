@@ -22,7 +22,8 @@ Every response's status is recorded per route template and checked against the s
 /openapi.json: it must be documented for the operation, or be one of the edge's documented
 answers (400/401/404/405/408/413/431/503); any other 5xx is a failure, and every 503 must carry
 Retry-After. Every acknowledged (201) message must be in the messages table exactly once. Peak
-RSS of each replica and the summary lag of tenants B and C are reported, not judged.
+RSS of each replica and the summary lag of tenants B and C (from a round's POST to the first
+completed summary covering that round) are reported, not judged.
 
 Prints a table, writes JSON to bench/results/hostile-<scale>-<time>.json (logs under
 bench/results/logs/hostile-...). Exit status: 0 when every check passed, 1 when one failed,
@@ -306,6 +307,7 @@ class Hostile:
         self.records: list[Record] = []
         self.acked: dict[tuple[str, int], Ack] = {}
         self.ack_conflicts: list[dict[str, Any]] = []
+        # B's and C's acknowledged rounds, for their summary lag (measured in the database).
         self.lags: list[dict[str, Any]] = []
         self.burst_windows: list[tuple[float, float]] = []
         self.amplification: list[dict[str, Any]] = []
@@ -428,10 +430,11 @@ class Hostile:
                 "MEMORY_SUMMARIZER": "openai",
                 "MEMORY_API_KEYS": ",".join(f"{TENANTS[t]}:{k}" for t, k in self.keys.items()),
                 "LOG_LEVEL": "INFO",
-                # A replica killed with -9 leaves 'processing' rows; a short lease lets the
-                # other replica's reaper fail them within the run.
+                # A replica killed with -9 leaves 'processing' rows; a short lease and a short
+                # backoff let the other replica claim them again within the run and its drain.
                 "MEMORY_PROCESSING_TIMEOUT_SECONDS": "20",
                 "MEMORY_REAPER_INTERVAL_SECONDS": "5",
+                "MEMORY_SUMMARY_BACKOFF_SECONDS": "5",
                 **self.opts.service_env,
             }
         )
@@ -603,8 +606,6 @@ class Hostile:
             own=own,
         )
         data = self.ack(conversation_id, reply.body) if reply.status == 201 else None
-        if data is not None and tenant == "a" and data.get("memory") and len(self.ctx.a_memories) < 500:
-            self.ctx.a_memories.append(int(data["memory"]["memory_id"]))
         return data, sent_at, reply
 
     def running(self) -> bool:
@@ -617,8 +618,8 @@ class Hostile:
             await asyncio.sleep(delay)
 
     async def prewarm(self) -> None:
-        """Two rounds in each quiet conversation (B and C), so each later round starts a summary
-        (MEMORY_SUMMARIZE_AFTER_SEQ=5: from the third round on)."""
+        """Two rounds in each quiet conversation (B and C), so each later round makes a summary
+        due (MEMORY_SUMMARIZE_AFTER_SEQ=5: from the third round on)."""
         for tenant in ("b", "c"):
             for i in range(self.scale.quiet_conversations):
                 cid = f"q{tenant}-{i}"
@@ -645,19 +646,19 @@ class Hostile:
                 data, sent_at, reply = await self.post_round("quiet", tenant, cid, n, hint=hint, own=own)
                 n += 1
                 self.quiet_rounds[tenant] += 1
-                if data is not None and data.get("memory"):
+                if data is not None:
                     self.lags.append(
                         {
                             "tenant": tenant,
                             "conversation_id": cid,
-                            "memory_id": int(data["memory"]["memory_id"]),
+                            "round": int(data["round"]),
+                            "summary_due": bool(data["summary_due"]),
                             "sent_at": sent_at,
-                            "round": data.get("round"),
                             "replica": reply.replica,
                         }
                     )
-                elif data is not None:
-                    self.quiet_no_summary[tenant] += 1
+                    if not data["summary_due"]:
+                        self.quiet_no_summary[tenant] += 1
                 pause = self.scale.quiet_interval * rng.uniform(0.8, 1.2) - (time.monotonic() - began)
                 if pause > 0:
                     await asyncio.sleep(pause)
@@ -707,6 +708,18 @@ class Hostile:
                 "seconds": round(time.time() - began, 2),
             }
         )
+
+    async def a_memories_worker(self) -> None:
+        """Tenant A's newest memory ids, from the database, for the cross-tenant retry abuse (a
+        POST answers only whether a summary became due, not which memory row a runner made)."""
+        while self.running():
+            rows = await self._db().fetch(
+                "SELECT m.memory_id FROM memory m JOIN conversations c USING (conversation_id)"
+                " WHERE c.tenant_id = $1 ORDER BY m.memory_id DESC LIMIT 500",
+                TENANTS["a"],
+            )
+            self.ctx.a_memories[:] = [int(r["memory_id"]) for r in rows]
+            await asyncio.sleep(1.0)
 
     async def poison_worker(self) -> None:
         """Tenant A's conversation whose summaries always fail (the LLM answers it 500)."""
@@ -1192,7 +1205,7 @@ class Hostile:
                     if reply.status == 200:
                         stats = orjson.loads(reply.body)
                         peaks = self.runner_peaks[replica.index]
-                        for key in ("running", "waiting"):
+                        for key in ("running", "queued", "due"):
                             if isinstance(stats.get(key), int):
                                 peaks[key] = max(peaks.get(key, 0), stats[key])
                 with contextlib.suppress(TimeoutError):
@@ -1243,6 +1256,7 @@ class Hostile:
         spawn("metadata", self.metadata_worker())
         spawn("fat", self.fat_worker())
         spawn("poison", self.poison_worker())
+        spawn("a-memories", self.a_memories_worker())
         for i in range(scale.slowloris):
             spawn(f"slowloris-{i}", self.slowloris_slot(i))
         for i in range(scale.idle_connections):
@@ -1261,14 +1275,27 @@ class Hostile:
         self.events.append({"event": "client tasks done", "at": round(time.time() - self.started_at, 2)})
 
     async def drain(self) -> dict[str, Any]:
-        """Wait until no summary is 'processing' (orphans of the killed replica are reaped after
-        their lease), at most drain_seconds."""
+        """Wait until no summary is 'processing' (orphans of the killed replica are claimed again
+        after their lease) and no conversation is due now, at most drain_seconds. A conversation
+        whose summaries keep failing (the poisoned one) stays due for later, after its backoff."""
         began = time.monotonic()
         while True:
-            processing = await self._db().fetchval("SELECT count(*) FROM memory WHERE status = 'processing'")
+            row = await self._db().fetchrow(
+                """
+                SELECT (SELECT count(*) FROM memory WHERE status = 'processing') AS processing,
+                       count(*) FILTER (WHERE summary_due_at <= now()) AS due,
+                       count(*) FILTER (WHERE summary_due_at > now()) AS due_later
+                FROM conversations
+                """
+            )
             elapsed = time.monotonic() - began
-            if processing == 0 or elapsed > self.scale.drain_seconds:
-                return {"seconds": round(elapsed, 2), "processing_left": processing}
+            if (row["processing"] == 0 and row["due"] == 0) or elapsed > self.scale.drain_seconds:
+                return {
+                    "seconds": round(elapsed, 2),
+                    "processing_left": row["processing"],
+                    "due_left": row["due"],
+                    "due_after_backoff": row["due_later"],
+                }
             await asyncio.sleep(0.25)
 
     async def run(self) -> dict[str, Any]:
@@ -1417,39 +1444,31 @@ class Hostile:
                 "stored_without_ack_by_conversation": dict(Counter(unacked).most_common(15)),
             },
         }
-        # 4. summary lag of the quiet tenants, and of tenant A for comparison
-        ids = [entry["memory_id"] for entry in self.lags]
-        mem = {
-            r["memory_id"]: r
-            for r in await db.fetch(
-                "SELECT memory_id, status, extract(epoch FROM completed_at) AS completed,"
-                " extract(epoch FROM created_at) AS created, error"
-                " FROM memory WHERE memory_id = ANY($1::int[])",
-                ids,
-            )
-        }
+        # 4. summary lag of the quiet tenants: from a round's POST to the first completed summary
+        # covering that round (end_round >= the round), and of tenant A for comparison
+        covered_rows = await db.fetch(
+            """
+            SELECT r.i, extract(epoch FROM (
+                       SELECT min(m.completed_at) FROM memory m
+                       WHERE m.conversation_id = r.conversation_id AND m.status = 'completed'
+                         AND m.end_round >= r.round))::float8 AS covered
+            FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS r(conversation_id, round, i)
+            """,
+            [e["conversation_id"] for e in self.lags],
+            [e["round"] for e in self.lags],
+        )
+        covered = {int(r["i"]) - 1: r["covered"] for r in covered_rows}
+        for i, entry in enumerate(self.lags):
+            at = covered.get(i)
+            entry["lag"] = None if at is None else round(float(at) - entry["sent_at"], 3)
         lag: dict[str, Any] = {}
 
         def lag_of(entries: list[dict[str, Any]]) -> dict[str, Any]:
-            done = [
-                float(mem[e["memory_id"]]["completed"]) - e["sent_at"]
-                for e in entries
-                if e["memory_id"] in mem and mem[e["memory_id"]]["status"] == "completed"
-            ]
-            statuses = Counter(
-                mem[e["memory_id"]]["status"] if e["memory_id"] in mem else "gone" for e in entries
-            )
             return {
-                "summaries_started": len(entries),
-                "seconds": summarize_plain(done),
-                "statuses": dict(statuses),
-                "errors": sorted(
-                    {
-                        str(mem[e["memory_id"]]["error"])[:200]
-                        for e in entries
-                        if e["memory_id"] in mem and mem[e["memory_id"]]["error"]
-                    }
-                )[:5],
+                "rounds": len(entries),
+                "rounds_marked_due": sum(1 for e in entries if e["summary_due"]),
+                "seconds": summarize_plain(e["lag"] for e in entries if e["lag"] is not None),
+                "never_covered": sum(1 for e in entries if e["lag"] is None),
             }
 
         for group in ("b", "c", "bc"):
@@ -1457,7 +1476,7 @@ class Hostile:
             lag[TENANTS.get(group, "tenant-b+c")] = {
                 **lag_of(entries),
                 "rounds_posted": sum(self.quiet_rounds[t] for t in group),
-                "rounds_that_started_no_summary": sum(self.quiet_no_summary[t] for t in group),
+                "rounds_that_made_no_summary_due": sum(self.quiet_no_summary[t] for t in group),
             }
         if self.burst_windows:
             during = [e for e in self.lags if any(a <= e["sent_at"] <= b for a, b in self.burst_windows)]
@@ -1469,12 +1488,11 @@ class Hostile:
         slow = sorted(
             (
                 {
-                    **{k: e[k] for k in ("tenant", "conversation_id", "memory_id", "round", "replica")},
+                    **{
+                        k: e[k]
+                        for k in ("tenant", "conversation_id", "round", "replica", "summary_due", "lag")
+                    },
                     "at": round(e["sent_at"] - self.started_at, 2),
-                    "lag": round(float(mem[e["memory_id"]]["completed"]) - e["sent_at"], 2)
-                    if e["memory_id"] in mem and mem[e["memory_id"]]["completed"] is not None
-                    else None,
-                    "status": mem[e["memory_id"]]["status"] if e["memory_id"] in mem else "gone",
                 }
                 for e in self.lags
             ),
@@ -1489,7 +1507,9 @@ class Hostile:
             """,
             TENANTS["a"],
         )
-        lag["tenant-a (queue + generation)"] = {
+        # A memory row is made when a runner claims the due conversation (or queued by the
+        # completion before it): row created -> completed is mostly the model call.
+        lag["tenant-a (memory row created -> completed)"] = {
             "summaries": len(a_rows),
             "seconds": summarize_plain(float(r["lag"]) for r in a_rows if r["lag"] is not None),
             "statuses": dict(Counter(r["status"] for r in a_rows)),
@@ -1894,31 +1914,31 @@ def render(doc: dict[str, Any]) -> str:
         for inc in incs:
             rows.append([name, inc["pid"], inc["peak_rss_mib"], inc["peak_at"], inc["end"]])
     out.append(table(["replica", "pid", "peak RSS", "at s", "ended"], rows))
-    out.append("\nSummary lag (s): quiet tenants' POST that started a summary -> summary completed")
+    out.append(
+        "\nSummary lag (s): a quiet tenant's round POST -> first completed summary covering it "
+        "(tenant A: memory row created -> completed)"
+    )
     rows = []
     for name, lag in res.get("summary_lag", {}).items():
         if not isinstance(lag, dict):
             continue
         s = lag["seconds"]
+        if "rounds" in lag:
+            counts = f"{lag['rounds_marked_due']} marked due, {lag['never_covered']} never covered"
+        else:
+            counts = " ".join(f"{k}:{v}" for k, v in lag["statuses"].items())
         rows.append(
-            [
-                name,
-                lag.get("summaries_started", lag.get("summaries")),
-                s["count"],
-                s["p50"],
-                s["p99"],
-                s["max"],
-                " ".join(f"{k}:{v}" for k, v in lag["statuses"].items()),
-            ]
+            [name, lag.get("rounds", lag.get("summaries")), s["count"], s["p50"], s["p99"], s["max"], counts]
         )
-    out.append(table(["tenant", "started", "completed", "p50", "p99", "max", "statuses"], rows, digits=2))
+    out.append(table(["of", "rounds/rows", "covered", "p50", "p99", "max", ""], rows, digits=2))
     slowest = res.get("summary_lag", {}).get("slowest", [])
     if slowest:
         out.append(
             "  slowest B/C: "
             + "; ".join(
                 f"{x['conversation_id']} round {x['round']} at {x['at']}s on replica {x['replica']}: "
-                f"{x['lag']}s {x['status']}"
+                f"{x['lag'] if x['lag'] is not None else 'never covered'}"
+                f"{'s' if x['lag'] is not None else ''}"
                 for x in slowest[:4]
             )
         )

@@ -14,16 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from app.api.docs import DOCS_PATHS, OPENAPI_PATH
+
 # Statuses the edge (app/edge.py, uvicorn) may answer for any request, documented in the README:
 # unparseable, no key, unknown path, wrong method, head timeout, body too large, head too large,
 # unavailable. Nothing else is acceptable unless the operation documents it.
 EDGE_STATUSES = frozenset({400, 401, 404, 405, 408, 413, 431, 503})
-# Served by FastAPI itself, not operations of the OpenAPI document.
-DOCS_ROUTES = {
-    (method, path)
-    for method in ("GET", "HEAD")
-    for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
-}
+# The docs pages, their files and the schema (app.api.docs): not operations of the OpenAPI document.
+# The schema is Starlette's own route, which answers HEAD too.
+DOCS_ROUTES = {("GET", path) for path in DOCS_PATHS} | {("HEAD", OPENAPI_PATH)}
 # Larger response bodies are read and counted, but only this much of them is kept.
 KEEP_BYTES = 16 * 1024 * 1024
 MAX_HEAD_READ = 1024 * 1024

@@ -197,7 +197,7 @@ def malformed(ctx: Context, rng: random.Random) -> Abuse:
         return Abuse("malformed", variant, "POST", target, (JSON,), body)
     if pick < 0.87:  # an empty body with a JSON content type
         return Abuse("malformed", "empty_body", "POST", target, (JSON,), b"")
-    if pick < 0.93:  # no content type: FastAPI parses JSON anyway (any answer but a 5xx)
+    if pick < 0.93:  # no content type: a 415, like text/plain (any answer but a 5xx)
         return Abuse(
             "malformed",
             "no_content_type",

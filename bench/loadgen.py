@@ -15,6 +15,11 @@ Workloads (``spec["kind"]``):
 - ``mixed``: ``clients`` closed-loop clients, each owning a slice of ``conversations``; for
   ``rounds`` rounds every client does, for each of its conversations, GET context then POST a
   round.
+- ``append``: closed loop of POSTs only. ``concurrency`` connections, spread over ``base_urls``
+  (connection i to ``base_urls[i % n]``: several replicas behind a round-robin balancer), each
+  owning a slice of ``conversations`` (so no two connections write to one conversation at once)
+  and posting a round to each in turn, for ``warmup_seconds`` (not recorded) then
+  ``duration_seconds``.
 """
 
 from __future__ import annotations
@@ -301,10 +306,59 @@ async def run_mixed(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def run_append(spec: dict[str, Any]) -> dict[str, Any]:
+    targets = [_host_port(url) for url in spec.get("base_urls") or [spec["base_url"]]]
+    conversations: list[str] = spec["conversations"]
+    concurrency = int(spec["concurrency"])
+    warmup = float(spec["warmup_seconds"])
+    duration = float(spec["duration_seconds"])
+    # A fixed pool of round bodies, cycled: what is posted does not change what a POST costs.
+    bodies = [orjson.dumps({"messages": round_messages(rng_for(spec["seed"], i))}) for i in range(256)]
+    slices = [conversations[c::concurrency] for c in range(concurrency)]
+    rec = Recorder()
+    begin = time.perf_counter()
+    measure_from = begin + warmup
+    stop_at = measure_from + duration
+    per_target = [0] * len(targets)
+
+    async def worker(number: int) -> None:
+        host, port = targets[number % len(targets)]
+        conn = HttpConnection(host, port)
+        mine = slices[number] or [conversations[number % len(conversations)]]
+        index = 0
+        try:
+            while (started := time.perf_counter()) < stop_at:
+                cid = mine[index % len(mine)]
+                body = bodies[(number * 31 + index) % len(bodies)]
+                index += 1
+                ok, detail = await _call(conn, "POST", f"/conversations/{cid}/messages", body, 201)
+                ended = time.perf_counter()
+                if not ok:
+                    rec.error("post", detail)
+                elif started >= measure_from and ended <= stop_at:
+                    rec.ok("post", ended - started)
+                    per_target[number % len(targets)] += 1
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(worker(n) for n in range(concurrency)))
+    result = rec.result()
+    done = result["latency_ms"].get("post", {"count": 0})["count"]
+    result.update(
+        kind="append",
+        requests=done,
+        seconds=duration,
+        throughput_rps=round(done / duration, 1),
+        requests_per_target=per_target,
+    )
+    return result
+
+
 WORKLOADS: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]] = {
     "get": run_get,
     "post": run_post,
     "mixed": run_mixed,
+    "append": run_append,
 }
 
 

@@ -177,15 +177,68 @@ async def launch(
     raise AssertionError("unreachable")
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU of every local PostgreSQL process (server and backends) that is still alive."""
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if proc.info.get("name") == "postgres":
-            with contextlib.suppress(psutil.Error):
-                times = proc.cpu_times()
-                total += times.user + times.system
-    return total
+async def launch_quiet(
+    name: str,
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    ready_text: str,
+    limit_seconds: float = 60.0,
+) -> Child:
+    """Start a process that serves no HTTP (a summary worker) and wait until its log shows
+    ``ready_text``; fail at once if it exits."""
+    log = log_path.open("ab")
+    start = log.tell()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
+    child = Child(name=name, proc=proc, base_url="", log_path=log_path, _log=log)
+    deadline = time.monotonic() + limit_seconds
+    while True:
+        with log_path.open("rb") as read:
+            read.seek(start)
+            if ready_text.encode() in read.read():
+                return child
+        if not child.alive():
+            raise ProcessFailed(f"{name} exited with {proc.returncode}; log tail:\n{child.log_tail()}")
+        if time.monotonic() > deadline:
+            await child.stop()
+            raise ProcessFailed(f"{name} not ready after {limit_seconds:.0f}s; log tail:\n{child.log_tail()}")
+        await asyncio.sleep(0.05)
+
+
+def postmaster_of(backend_pid: int) -> int | None:
+    """The postmaster of a local backend (its parent process), or None when not local."""
+    with contextlib.suppress(psutil.Error):
+        parent = psutil.Process(backend_pid).parent()
+        if parent is not None and parent.name() == "postgres":
+            return parent.pid
+    return None
+
+
+def cpu_of(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each of these processes that is alive."""
+    out: dict[int, float] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            out[pid] = times.user + times.system
+    return out
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU used between two :func:`cpu_of` snapshots by the processes alive at the second (a
+    process that started meanwhile counts whole; one that ended meanwhile is not counted, so
+    the result is never negative)."""
+    return sum(max(0.0, seconds - before.get(pid, 0.0)) for pid, seconds in after.items())
 
 
 def machine_busy_seconds() -> float:

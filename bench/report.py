@@ -15,6 +15,17 @@ TARGETS = {
     "floor_ratio": (">=", 0.6, "GET context throughput / floor app's (geometric mean over sizes)"),
     "context_tokens_growth": ("<=", 1.1, "context tokens, last fifth of rounds / first fifth (flat = 1)"),
     "llm_input_growth": ("<=", 1.1, "LLM input tokens per summary, last fifth / first fifth (flat = 1)"),
+    "mixed_lag_p99_ratio": (
+        "<=",
+        3.0,
+        "mixed: summary lag p99 (round POST -> first completed summary covering it) / LLM latency",
+    ),
+    "append_worker_ratio": (
+        ">=",
+        0.9,
+        "append throughput: API with summaries off + 1 worker / API with summaries off, no worker",
+    ),
+    "append_floor_ratio": (">=", 0.6, "append throughput: API with summaries off / write floor app"),
 }
 
 
@@ -75,6 +86,21 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     if "tokens" in res:
         values["context_tokens_growth"] = ("context_tokens_growth", None, res["tokens"]["context_growth"])
         values["llm_input_growth"] = ("llm_input_growth", None, res["tokens"]["llm_input_growth"])
+    if "mixed" in res:
+        for latency, run in res["mixed"]["runs"].items():
+            values[f"mixed_lag_p99_ratio.{latency}s"] = (
+                "mixed_lag_p99_ratio",
+                None,
+                run["lag_p99_over_llm_latency"],
+            )
+    if "append" in res:
+        ratios = res["append"]["ratios"]
+        for name, key in (
+            ("append_worker_ratio", "api_worker_vs_summaries_off"),
+            ("append_floor_ratio", "summaries_off_vs_floor"),
+        ):
+            if ratios.get(key) is not None:
+                values[name] = (name, None, ratios[key])
     targets = []
     for name, (key, of_policy, value) in values.items():
         op, limit, what = TARGETS[key]
@@ -106,14 +132,29 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
                 f"post ({label} LLM): summaries failed", run["summaries_failed"], run["summaries_failed"] == 0
             )
     if "mixed" in res:
-        m = res["mixed"]
-        check("mixed: HTTP errors", m["errors"], m["errors"] == 0)
-        check("mixed: stuck rows after drain", m["stuck"], m["stuck"] == 0)
-        check("mixed: summaries failed", m["summaries_failed"], m["summaries_failed"] == 0)
-        check("mixed: drained in time", not m["drain"]["timed_out"], not m["drain"]["timed_out"])
+        for latency, m in res["mixed"]["runs"].items():
+            at = f"mixed ({latency} s LLM)"
+            check(f"{at}: HTTP errors", m["errors"], m["errors"] == 0)
+            check(f"{at}: stuck rows after drain", m["stuck"], m["stuck"] == 0)
+            check(f"{at}: summaries failed", m["summaries_failed"], m["summaries_failed"] == 0)
+            check(f"{at}: drained in time", not m["drain"]["timed_out"], not m["drain"]["timed_out"])
+            due_left = m["drain"]["due_left"]
+            check(f"{at}: due conversations left after drain", due_left, due_left == 0)
     if "tokens" in res:
         t = res["tokens"]
         check("tokens: summaries failed", t["summaries_failed"], t["summaries_failed"] == 0)
+    if "append" in res:
+        a = res["append"]
+        errors = sum(d["errors"] for d in a["deployments"].values())
+        check("append: HTTP errors", errors, errors == 0)
+        late = sum(1 for d in a["drains"] if d["timed_out"])
+        check("append: drains that timed out", late, late == 0)
+    if "sizing" in res:
+        runs = res["sizing"]["runs"].values()
+        failed = sum(r["failed"] for r in runs)
+        check("sizing: summaries failed", failed, failed == 0)
+        dry = [r["max_concurrent_summaries"] for r in runs if r["backlog_ran_dry"]]
+        check("sizing: runs whose backlog ran dry (rate understated)", len(dry), not dry)
     return targets, checks
 
 
@@ -184,40 +225,7 @@ def render(doc: dict[str, Any]) -> str:
             + "; ".join(f"{label} {run['p99_each_run']}" for label, run in p["runs"].items())
         )
     if "mixed" in res:
-        m = res["mixed"]
-        lags = m["summary_lag_seconds"]
-        out.append(
-            f"\n[3] Mixed traffic ({m['conversations']:,} conversations, {m['clients']} clients, "
-            f"{m['rounds_per_conversation']} rounds each = GET context + POST round; "
-            f"LLM {m['llm_latency_seconds']:g} s)"
-        )
-        out.append(
-            f"  {m['rounds']:,} rounds in {m['seconds']:.1f}s: {m['throughput_rps']:,.1f} req/s, "
-            f"{m['rounds_per_second']:,.1f} rounds/s; errors {m['errors']}; stuck rows {m['stuck']}; "
-            f"failed summaries {m['summaries_failed']}; drained in {m['drain']['seconds']:.1f}s"
-        )
-        rows = []
-        for name in ("get_context", "post_round", "round"):
-            lat = m["latency_ms"].get(name, {})
-            rows.append(
-                [name, lat.get("count"), lat.get("p50"), lat.get("p90"), lat.get("p99"), lat.get("max")]
-            )
-        out.append(table(["request", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows, digits=2))
-        rows = []
-        for name, label in (
-            ("from_last_message_of_window", "completed_at - last message of window"),
-            ("from_memory_row_created", "completed_at - memory row created"),
-            ("round_to_first_covering_memory", "round stored -> first memory covering it"),
-        ):
-            s = lags[name]
-            rows.append([label, s.get("count"), s.get("p50"), s.get("p90"), s.get("p99"), s.get("max")])
-        out.append(table(["summary lag (s)", "count", "p50", "p90", "p99", "max"], rows, digits=2))
-        out.append(
-            f"  summaries completed {m['summaries_completed']:,}; rounds no memory covers after the drain "
-            f"{lags['rounds_never_covered']:,}; conversations whose memory is behind after the drain "
-            f"{m['conversations_memory_behind_at_end']:,}; summary queue max waiting "
-            f"{m['runner_max_waiting']}, max running {m['runner_max_running']}"
-        )
+        out.extend(_render_mixed(res["mixed"]))
     floor_ratios = (
         {
             policy: section["ratio"]
@@ -266,6 +274,10 @@ def render(doc: dict[str, Any]) -> str:
             f"{_pct(t['context_saving_last_round'])} at the last round; "
             f"LLM input {_pct(t['llm_input_saving'])}"
         )
+    if "append" in res:
+        out.extend(_render_append(res["append"]))
+    if "sizing" in res:
+        out.extend(_render_sizing(res["sizing"]))
     targets, checks = doc["targets"], doc["checks"]
     if targets:
         out.append("\nTargets")
@@ -356,6 +368,196 @@ def _render_context(res: dict[str, Any]) -> list[str]:
         if policy in floor and floor[policy].get("ratio") is not None:
             line += f"   ours/floor {_fmt(floor[policy]['ratio'], 3)}"
         out.append(line)
+    return out
+
+
+def _render_mixed(m: dict[str, Any]) -> list[str]:
+    """Table [3]: one row per LLM latency, then request latencies and the other lag measures."""
+    out = [
+        f"\n[3] Mixed traffic ({m['conversations']:,} conversations per LLM latency, {m['clients']} clients, "
+        f"{m['rounds_per_conversation']} rounds each = GET context + POST round; "
+        f"MEMORY_MAX_CONCURRENT_SUMMARIES={m.get('max_concurrent_summaries')}); summary lag = a round's "
+        "POST -> the first completed summary covering it; drain with the LLM at the same latency"
+    ]
+    rows = []
+    for latency, r in m["runs"].items():
+        lag = r["summary_lag_seconds"]["round_to_first_covering_summary"]
+        cpu = r["cpu_seconds_per_round"]
+        rows.append(
+            [
+                f"{latency} s",
+                r["rounds"],
+                r["rounds_per_second"],
+                r["errors"],
+                lag.get("p50"),
+                lag.get("p99"),
+                lag.get("max"),
+                r["lag_p99_over_llm_latency"],
+                r["llm_calls_per_round"],
+                1000 * cpu["service"] if cpu["service"] is not None else None,
+                1000 * cpu["service_with_drain"] if cpu["service_with_drain"] is not None else None,
+                1000 * cpu["postgres"] if cpu["postgres"] is not None else None,
+                r["drain"]["seconds"],
+                r["drain"]["due_left"],
+            ]
+        )
+    out.append(
+        table(
+            [
+                "LLM",
+                "rounds",
+                "rounds/s",
+                "errors",
+                "lag p50 s",
+                "lag p99 s",
+                "lag max s",
+                "p99/LLM",
+                "LLM calls/round",
+                "svc CPU ms/round",
+                "+drain",
+                "pg CPU ms/round",
+                "drain s",
+                "due left",
+            ],
+            rows,
+            digits=2,
+        )
+    )
+    rows = []
+    for latency, r in m["runs"].items():
+        for name in ("get_context", "post_round"):
+            lat = r["latency_ms"].get(name, {})
+            rows.append(
+                [
+                    f"{latency} s",
+                    name,
+                    lat.get("count"),
+                    lat.get("p50"),
+                    lat.get("p90"),
+                    lat.get("p99"),
+                    lat.get("max"),
+                ]
+            )
+    out.append(table(["LLM", "request", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows, digits=2))
+    for latency, r in m["runs"].items():
+        lags = r["summary_lag_seconds"]
+        window, row = lags["from_last_message_of_window"], lags["from_memory_row_created"]
+        per_round = _fmt(r["summaries_per_round"], 2)
+        oldest = _fmt(r["runner_max_oldest_due_seconds"])
+        out.append(
+            f"  {latency} s: summaries {r['summaries_completed']:,} ({per_round}/round), "
+            f"failed {r['summaries_failed']}, stuck {r['stuck']}; per summary p50/p99: from the "
+            f"window's last message {_fmt(window.get('p50'), 2)}/{_fmt(window.get('p99'), 2)} s, "
+            f"from its row {_fmt(row.get('p50'), 2)}/{_fmt(row.get('p99'), 2)} s; rounds never "
+            f"covered {lags['rounds_never_covered']}; max running {r['runner_max_running']}, "
+            f"queued {r['runner_max_queued']}, due {r['runner_max_due']} (oldest {oldest} s); "
+            f"LLM max in flight {r['llm_max_in_flight']}"
+        )
+    return out
+
+
+def _render_append(a: dict[str, Any]) -> list[str]:
+    out = [
+        f"\n[6] Append throughput (closed loop of POSTs, {a['concurrency']} connections over "
+        f"{a['conversations']:,} conversations, {a['repeats']} x {a['duration_seconds']:g}s after "
+        f"{a['warmup_seconds']:g}s warm-up, medians; LLM {a['llm_latency_seconds']:g} s, "
+        f"MEMORY_MAX_CONCURRENT_SUMMARIES={a.get('max_concurrent_summaries')})"
+    ]
+    rows = []
+    for name, d in a["deployments"].items():
+        cores, per_round = d["cpu_cores"], d.get("cpu_ms_per_round", {})
+        own = [k for k in cores if k not in ("postgres", "machine")]
+        rows.append(
+            [
+                name,
+                d["throughput_rps"],
+                d["p50_ms"],
+                d["p99_ms"],
+                d["errors"],
+                d["summaries_per_second"],
+                d["due_at_end"],
+                sum(cores[k] for k in own),
+                cores.get("worker"),
+                cores.get("postgres"),
+                cores.get("machine"),
+                sum(per_round.get(k, 0.0) for k in own),
+                per_round.get("postgres"),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "deployment",
+                "rounds/s",
+                "p50 ms",
+                "p99 ms",
+                "errors",
+                "summaries/s",
+                "due at end",
+                "app cores",
+                "worker cores",
+                "pg cores",
+                "machine",
+                "app CPU ms/round",
+                "pg CPU ms/round",
+            ],
+            rows,
+            digits=2,
+        )
+    )
+    r = a["ratios"]
+    out.append(
+        f"  API + worker / summaries off {_fmt(r['api_worker_vs_summaries_off'], 3)} (target >= 0.9); "
+        f"summaries off / write floor {_fmt(r['summaries_off_vs_floor'], 3)} (target >= 0.6); "
+        f"combined / summaries off {_fmt(r['combined_vs_summaries_off'], 3)}; API + worker / 2 combined "
+        f"{_fmt(r['api_worker_vs_2_combined'], 3)}; combined / floor {_fmt(r['combined_vs_floor'], 3)}"
+    )
+    return out
+
+
+def _render_sizing(z: dict[str, Any]) -> list[str]:
+    out = [
+        f"\n[7] Summary concurrency: one `memory-service worker` on a backlog of due conversations, LLM "
+        f"{z['llm_latency_seconds']:g} s, measured {z['seconds']:g}s after {z['warmup_seconds']:g}s"
+    ]
+    rows = []
+    for cap, r in z["runs"].items():
+        rows.append(
+            [
+                int(cap),
+                r["backlog"],
+                r["summaries_completed"],
+                r["summaries_per_second"],
+                r["ideal_per_second"],
+                r["efficiency"],
+                r["llm_max_in_flight"],
+                r["cpu_cores"]["worker"],
+                r["cpu_cores"]["postgres"],
+                r["cpu_cores"]["machine"],
+                r["cpu_ms_per_summary"]["worker"],
+                r["cpu_ms_per_summary"]["postgres"],
+            ]
+        )
+    out.append(
+        table(
+            [
+                "max concurrent",
+                "backlog",
+                "completed",
+                "summaries/s",
+                "cap/latency",
+                "efficiency",
+                "LLM in flight",
+                "worker cores",
+                "pg cores",
+                "machine",
+                "worker CPU ms/summary",
+                "pg CPU ms/summary",
+            ],
+            rows,
+            digits=2,
+        )
+    )
     return out
 
 

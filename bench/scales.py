@@ -22,13 +22,25 @@ class Scale:
     post_concurrency: int
     fast_llm_latency: float
     slow_llm_latency: float
-    # 3: mixed traffic
+    # 3: mixed traffic, once per LLM latency (each on conversations of its own)
     mixed_conversations: int
     mixed_clients: int
     mixed_rounds: int
-    mixed_llm_latency: float
+    mixed_llm_latencies: tuple[float, ...]
     # 5: tokens
     token_rounds: int
+    # 6: append throughput per deployment (closed loop of POSTs)
+    append_conversations: int
+    append_concurrency: int
+    append_warmup_seconds: float
+    append_duration_seconds: float
+    append_repeats: int
+    append_llm_latency: float
+    # 7: summaries/s of a worker per MEMORY_MAX_CONCURRENT_SUMMARIES, on a backlog
+    sizing_caps: tuple[int, ...]
+    sizing_llm_latency: float
+    sizing_warmup_seconds: float
+    sizing_seconds: float
     # waiting for background summaries to finish after a load run
     drain_timeout_seconds: float
 
@@ -51,8 +63,18 @@ SCALES: dict[str, Scale] = {
         mixed_conversations=20,
         mixed_clients=5,
         mixed_rounds=3,
-        mixed_llm_latency=0.05,
+        mixed_llm_latencies=(0.05, 0.1),
         token_rounds=24,
+        append_conversations=40,
+        append_concurrency=8,
+        append_warmup_seconds=0.5,
+        append_duration_seconds=1.5,
+        append_repeats=1,
+        append_llm_latency=0.05,
+        sizing_caps=(2, 8),
+        sizing_llm_latency=0.1,
+        sizing_warmup_seconds=0.3,
+        sizing_seconds=1.0,
         drain_timeout_seconds=60.0,
     ),
     "full": Scale(
@@ -72,8 +94,35 @@ SCALES: dict[str, Scale] = {
         mixed_conversations=1_000,
         mixed_clients=50,
         mixed_rounds=20,
-        mixed_llm_latency=1.0,
+        mixed_llm_latencies=(1.0, 2.0),
         token_rounds=300,
+        append_conversations=1_000,
+        append_concurrency=32,
+        append_warmup_seconds=3.0,
+        append_duration_seconds=15.0,
+        append_repeats=2,
+        append_llm_latency=1.0,
+        sizing_caps=(8, 16, 32, 64, 128),
+        sizing_llm_latency=1.0,
+        sizing_warmup_seconds=4.0,
+        sizing_seconds=12.0,
         drain_timeout_seconds=900.0,
     ),
 }
+
+
+def mixed_prefix(k: int) -> str:
+    """Conversations of the mixed run at the k-th LLM latency."""
+    return f"mix{k}"
+
+
+def sizing_prefix(cap: int) -> str:
+    """Conversations made due for the sizing run at MEMORY_MAX_CONCURRENT_SUMMARIES=cap."""
+    return f"size{cap}"
+
+
+def sizing_backlog(scale: Scale, cap: int) -> int:
+    """Due conversations for a sizing run: more than ``cap`` slots at the LLM's latency can
+    finish in the run (with a margin), so the backlog never runs dry while it is measured."""
+    seconds = scale.sizing_warmup_seconds + scale.sizing_seconds + 2.0
+    return int(cap * seconds / max(scale.sizing_llm_latency, 0.01) * 1.2) + 2 * cap

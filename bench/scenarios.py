@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from app.repositories.memory import CONTEXT_SQL
 from bench.floor_app import CONTEXT_LIMITS
+from bench.procs import cpu_delta, machine_busy_seconds
+from bench.scales import mixed_prefix, sizing_backlog, sizing_prefix
 from bench.seed import CONTEXT_PREFIXES, POLICIES, SLIDING_WINDOW, ConversationSeed
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
@@ -18,6 +20,7 @@ from bench.tokens import get_counter
 
 if TYPE_CHECKING:
     from bench.harness import Bench
+    from bench.procs import Child
 
 
 # ---- 1 + 4: GET context, service and floor -----------------------------------------------------
@@ -55,7 +58,9 @@ async def _explain(b: Bench, conversation_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     literal = conversation_id.replace("'", "''")
     async with b.db.acquire() as conn:
-        await conn.execute("PREPARE bench_context(varchar, varchar, integer, integer) AS " + CONTEXT_SQL)
+        await conn.execute(
+            "PREPARE bench_context(varchar, varchar, integer, integer, bigint, bigint) AS " + CONTEXT_SQL
+        )
         try:
             for mode in ("custom", "generic"):
                 await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
@@ -65,7 +70,7 @@ async def _explain(b: Bench, conversation_id: str) -> dict[str, Any]:
                         r[0]
                         for r in await conn.fetch(
                             f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_context('{literal}', 'default', "
-                            f"{CONTEXT_LIMITS[0]}, {CONTEXT_LIMITS[1]})"
+                            f"{CONTEXT_LIMITS[0]}, {CONTEXT_LIMITS[1]}, NULL, NULL)"
                         )
                     ]
                 text = "\n".join(rows)
@@ -276,7 +281,7 @@ async def _post_run(b: Bench, label: str, latency: float, rep: int) -> dict[str,
         target=b.svc,
         label=f"post-{label}-{rep}",
     )
-    runner = await b.runner_stats()
+    work_at_end = await b.due_work()
     llm = await b.llm_control(latency=0)  # let the queue left by a slow LLM drain quickly
     drain = await b.wait_idle(scale.drain_timeout_seconds)
     row = await b.db.fetchrow(
@@ -294,7 +299,7 @@ async def _post_run(b: Bench, label: str, latency: float, rep: int) -> dict[str,
         "summaries_started": row["started"],
         "summaries_completed": row["completed"],
         "summaries_failed": row["failed"],
-        "runner_at_end": runner,
+        "work_at_end": work_at_end,
         "llm_requests_during_run": llm["requests"],
         "llm_max_in_flight": llm["max_in_flight"],
         "drain": drain,
@@ -340,7 +345,8 @@ async def post_latency(b: Bench) -> dict[str, Any]:
             "summaries_started": sum(int(r["summaries_started"]) for r in results),
             "summaries_completed": sum(int(r["summaries_completed"]) for r in results),
             "summaries_failed": sum(int(r["summaries_failed"]) for r in results),
-            "queued_at_end": max(int(r["runner_at_end"].get("waiting", 0)) for r in results),
+            # summaries not started when the load stopped: queued rows and due conversations
+            "queued_at_end": max(r["work_at_end"]["queued"] + r["work_at_end"]["due"] for r in results),
             "cpu_cores": {
                 k: median([r["cpu_cores"][k] for r in results if k in r["cpu_cores"]])
                 for k in results[0]["cpu_cores"]
@@ -380,10 +386,18 @@ async def _sample_runner(b: Bench, samples: list[dict[str, Any]], stop: asyncio.
             await asyncio.wait_for(stop.wait(), timeout=0.5)
 
 
-async def mixed(b: Bench) -> dict[str, Any]:
+def _per(value: float | int | None, rounds: int, digits: int = 4) -> float | None:
+    return round(float(value) / rounds, digits) if value is not None and rounds else None
+
+
+async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
+    """The mixed load on the k-th set of conversations with the LLM at ``latency``, then a
+    drain with the LLM still at that latency (the lag of the last rounds includes it)."""
     scale = b.scale
-    conversations = [f"mix-{i}" for i in range(scale.mixed_conversations)]
-    await b.llm_control(latency=scale.mixed_llm_latency, reset=True)
+    prefix = mixed_prefix(k)
+    like = prefix + "-%"
+    conversations = [f"{prefix}-{i}" for i in range(scale.mixed_conversations)]
+    await b.llm_control(latency=latency, reset=True)
     max_id = await b.db.fetchval("SELECT coalesce(max(memory_id), 0) FROM memory")
     db_start = await b.db.fetchval("SELECT clock_timestamp()")
     samples: list[dict[str, Any]] = []
@@ -396,12 +410,15 @@ async def mixed(b: Bench) -> dict[str, Any]:
                 "conversations": conversations,
                 "clients": scale.mixed_clients,
                 "rounds": scale.mixed_rounds,
-                "seed": "mixed",
+                "seed": f"mixed-{k}",
             },
             target=b.svc,
-            label="mixed",
+            label=f"mixed-{latency:g}s",
         )
+        llm_at_end = await b.llm_control()
+        cpu_drain0 = b.svc.cpu_seconds()
         drain = await b.wait_idle(scale.drain_timeout_seconds)
+        drain_cpu = b.svc.cpu_seconds() - cpu_drain0
     finally:
         stop.set()
         await sampler
@@ -411,29 +428,32 @@ async def mixed(b: Bench) -> dict[str, Any]:
     )
     stuck_response.raise_for_status()
     stuck = stuck_response.json()
-    # Per summary (the issue's definition): completed_at minus the created_at of the last message
-    # of its window, and minus the created_at of the memory row itself (queue + generation).
+    # Per summary: completed_at minus the created_at of the last message of its window, and minus
+    # the created_at of the memory row itself (claim + generation, or queue + generation).
     per_summary = await b.db.fetch(
         """
         SELECT extract(epoch FROM m.completed_at - g.created_at)::float8 AS from_last_message,
                extract(epoch FROM m.completed_at - m.created_at)::float8 AS from_row
         FROM memory m
         JOIN messages g ON g.conversation_id = m.conversation_id AND g.sequence = m.end_sequence
-        WHERE m.memory_id > $1 AND m.status = 'completed' AND m.conversation_id LIKE 'mix-%'
+        WHERE m.memory_id > $1 AND m.status = 'completed' AND m.conversation_id LIKE $2
         """,
         max_id,
+        like,
     )
-    # Per round: from the round's last message to the first completed memory that covers it
-    # (rounds that no summary started for are covered by a later one).
+    # Per round (the issue's summary lag): from the round's POST (its messages' created_at, the
+    # statement's start) to the first completed summary covering it (end_round >= the round).
     per_round = await b.db.fetch(
         """
         SELECT extract(epoch FROM (
                    SELECT min(m.completed_at) FROM memory m
                    WHERE m.conversation_id = g.conversation_id AND m.status = 'completed'
-                     AND m.end_sequence >= g.sequence) - g.created_at)::float8 AS lag
+                     AND m.end_round >= g.round) - min(g.created_at))::float8 AS lag
         FROM messages g
-        WHERE g.conversation_id LIKE 'mix-%' AND g.created_at >= $1 AND g.role = 'assistant'
+        WHERE g.conversation_id LIKE $1 AND g.created_at >= $2
+        GROUP BY g.conversation_id, g.round
         """,
+        like,
         db_start,
     )
     counts = await b.db.fetchrow(
@@ -441,42 +461,75 @@ async def mixed(b: Bench) -> dict[str, Any]:
         SELECT count(*) FILTER (WHERE status = 'completed') AS completed,
                count(*) FILTER (WHERE status = 'failed') AS failed,
                count(*) FILTER (WHERE status = 'processing') AS processing
-        FROM memory WHERE memory_id > $1 AND conversation_id LIKE 'mix-%'
+        FROM memory WHERE memory_id > $1 AND conversation_id LIKE $2
         """,
         max_id,
+        like,
     )
     behind = await b.db.fetchval(
         """
         SELECT count(*) FROM conversations c
-        WHERE c.conversation_id LIKE 'mix-%' AND c.next_sequence > 0
+        WHERE c.conversation_id LIKE $1 AND c.next_sequence > 0
           AND coalesce((SELECT max(m.end_sequence) FROM memory m
                         WHERE m.conversation_id = c.conversation_id AND m.status = 'completed'), -1)
               < c.next_sequence - 1
-        """
+        """,
+        like,
     )
     round_lags = [r["lag"] for r in per_round if r["lag"] is not None]
+    lag = summarize_plain(round_lags)
+    rounds = int(result["rounds"])
+    cpu = result["cpu_seconds"]
     return {
-        "conversations": scale.mixed_conversations,
-        "clients": scale.mixed_clients,
-        "rounds_per_conversation": scale.mixed_rounds,
-        "llm_latency_seconds": scale.mixed_llm_latency,
+        "llm_latency_seconds": latency,
+        "conversation_prefix": prefix,
         **result,
         "summary_lag_seconds": {
+            "round_to_first_covering_summary": lag,
             "from_last_message_of_window": summarize_plain(r["from_last_message"] for r in per_summary),
             "from_memory_row_created": summarize_plain(r["from_row"] for r in per_summary),
-            "round_to_first_covering_memory": summarize_plain(round_lags),
             "rounds_never_covered": len(per_round) - len(round_lags),
         },
+        "lag_p99_over_llm_latency": round(lag["p99"] / latency, 3)
+        if lag["p99"] is not None and latency
+        else None,
         "summaries_completed": counts["completed"],
         "summaries_failed": counts["failed"],
+        "summaries_per_round": _per(counts["completed"], rounds),
+        "llm_calls": llm["requests"],
+        "llm_calls_during_load": llm_at_end["requests"],
+        "llm_calls_per_round": _per(llm["requests"], rounds),
+        "llm_max_in_flight": llm["max_in_flight"],
+        # CPU of the service process per round: during the load, and with the drain's summaries
+        "cpu_seconds_per_round": {
+            "service": _per(cpu["service"], rounds, 5),
+            "service_with_drain": _per(cpu["service"] + drain_cpu, rounds, 5),
+            "postgres": _per(cpu["postgres"], rounds, 5),
+        },
         "conversations_memory_behind_at_end": behind,
         "drain": drain,
         "stuck": len(stuck),
         "stuck_rows": stuck[:5],
         "runner_max_running": max((s.get("running", 0) for s in samples), default=0),
-        "runner_max_waiting": max((s.get("waiting", 0) for s in samples), default=0),
-        "llm_requests": llm["requests"],
-        "llm_max_in_flight": llm["max_in_flight"],
+        "runner_max_queued": max((s.get("queued", 0) for s in samples), default=0),
+        "runner_max_due": max((s.get("due", 0) for s in samples), default=0),
+        "runner_max_oldest_due_seconds": max((s.get("oldest_due_seconds") or 0 for s in samples), default=0),
+    }
+
+
+async def mixed(b: Bench) -> dict[str, Any]:
+    """The mixed load once per LLM latency (scale.mixed_llm_latencies), each on conversations of
+    its own with the same histories."""
+    scale = b.scale
+    runs = {}
+    for k, latency in enumerate(scale.mixed_llm_latencies):
+        runs[f"{latency:g}"] = await _mixed_run(b, k, latency)
+    return {
+        "conversations": scale.mixed_conversations,
+        "clients": scale.mixed_clients,
+        "rounds_per_conversation": scale.mixed_rounds,
+        "max_concurrent_summaries": b.settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
+        "runs": runs,
     }
 
 
@@ -529,8 +582,8 @@ async def tokens(b: Bench) -> dict[str, Any]:
             if posted.status_code != 201:
                 raise RuntimeError(f"POST round {r + 1}: HTTP {posted.status_code} {posted.text[:300]}")
             message_tokens += [counter.count(f"{m['role']}: {m['content']}") for m in messages]
-            if posted.json().get("memory") is not None:
-                failed += await _wait_summary(b, url, cid)
+            if posted.json()["summary_due"]:
+                failed += await _wait_summary(b, cid)
     finally:
         captured = await b.llm_captured()
         await b.llm_control(capture=False, reset=True)
@@ -599,13 +652,21 @@ async def tokens(b: Bench) -> dict[str, Any]:
     }
 
 
-async def _wait_summary(b: Bench, url: str, cid: str, limit_seconds: float = 60.0) -> int:
-    """Wait until the conversation has no summary processing; 1 if the last one failed."""
+async def _wait_summary(b: Bench, cid: str, limit_seconds: float = 60.0) -> int:
+    """Wait until the conversation is no longer due and has no summary processing (a runner
+    claimed the due mark, ran the summary and found nothing more due); 1 if the last one failed."""
     deadline = time.monotonic() + limit_seconds
     while True:
-        response = await b.http.get(f"{url}/conversations/{cid}/context")
-        response.raise_for_status()
-        if response.json()["processing"] is None:
+        busy = await b.db.fetchval(
+            """
+            SELECT c.summary_due_at IS NOT NULL
+                   OR EXISTS (SELECT 1 FROM memory m
+                              WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')
+            FROM conversations c WHERE c.conversation_id = $1
+            """,
+            cid,
+        )
+        if not busy:
             break
         if time.monotonic() > deadline:
             raise TimeoutError(f"summary of {cid} still processing after {limit_seconds}s")
@@ -614,3 +675,287 @@ async def _wait_summary(b: Bench, url: str, cid: str, limit_seconds: float = 60.
         "SELECT status FROM memory WHERE conversation_id = $1 ORDER BY memory_id DESC LIMIT 1", cid
     )
     return 1 if latest == "failed" else 0
+
+
+# ---- 6: append throughput per deployment -------------------------------------------------------
+
+# Deployment -> what it is. Each runs the same closed loop of POSTs (no GETs).
+APPEND_DEPLOYMENTS = {
+    "floor": "write floor: bare Starlette + asyncpg, the same append statement",
+    "api_off": "1 API replica, MEMORY_RUN_SUMMARIES=false, no worker (nothing summarizes)",
+    "api_off+worker": "1 API replica with summaries off + 1 `memory-service worker`",
+    "combined": "1 API replica running summaries too (the default)",
+    "2x_combined": "2 combined replicas, connections split between them",
+}
+
+
+async def _append_run(
+    b: Bench, name: str, targets: list[Child], also: list[Child], rep: int
+) -> dict[str, Any]:
+    """One measured closed loop of POSTs against ``targets``, with the LLM at the run's latency;
+    the summaries completed meanwhile (by anyone) and the work left due at its end."""
+    scale = b.scale
+    await b.llm_control(latency=scale.append_llm_latency, reset=True)
+    max_id = await b.db.fetchval("SELECT coalesce(max(memory_id), 0) FROM memory")
+    t0 = await b.db.fetchval("SELECT clock_timestamp()")
+    result = await b.run_load(
+        {
+            "kind": "append",
+            "conversations": [f"app-{i}" for i in range(scale.append_conversations)],
+            "concurrency": scale.append_concurrency,
+            "warmup_seconds": scale.append_warmup_seconds,
+            "duration_seconds": scale.append_duration_seconds,
+            "seed": f"append-{name}-{rep}",
+        },
+        target=targets,
+        also=also,
+        label=f"append-{name}-{rep}",
+    )
+    row = await b.db.fetchrow(
+        """
+        SELECT count(*) AS completed,
+               extract(epoch FROM clock_timestamp() - $2::timestamptz)::float8 AS seconds
+        FROM memory WHERE memory_id > $1 AND status = 'completed'
+        """,
+        max_id,
+        t0,
+    )
+    return {
+        **result,
+        "summaries_completed": row["completed"],
+        "summaries_per_second": round(row["completed"] / row["seconds"], 1) if row["seconds"] else None,
+        "work_at_end": await b.due_work(),
+    }
+
+
+async def _drain_fast(b: Bench) -> dict[str, Any]:
+    """Run what the last deployment left due with the LLM at 0 s, so the next one starts with
+    an empty queue (needs a runner up)."""
+    await b.llm_control(latency=0)
+    return await b.wait_idle(b.scale.drain_timeout_seconds)
+
+
+def _median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in runs if r.get(key) is not None]
+    return round(median(values), 1) if values else None
+
+
+async def append_throughput(b: Bench) -> dict[str, Any]:
+    """POST throughput of each deployment in APPEND_DEPLOYMENTS, interleaved repeats. Only the
+    deployment's own processes run during its runs (the main service is stopped: it would
+    claim their due work), and what a deployment leaves due is drained before the next one."""
+    scale = b.scale
+    await b.stop_main_service()
+    each: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    drains: list[dict[str, Any]] = []
+    chosen = set(b.opts.append_deployments or APPEND_DEPLOYMENTS)
+    for rep in range(scale.append_repeats):
+        # Neither the floor nor an API replica with summaries off claims work: start both at once.
+        floor_started = asyncio.create_task(b.start_floor("floor-write")) if "floor" in chosen else None
+        api_started = (
+            asyncio.create_task(b.start_replica("api-off", {"MEMORY_RUN_SUMMARIES": "false"}))
+            if chosen & {"api_off", "api_off+worker"}
+            else None
+        )
+        started = await asyncio.gather(
+            *(t for t in (floor_started, api_started) if t is not None), return_exceptions=True
+        )
+        failed = [r for r in started if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+        if floor_started is not None:
+            floor = floor_started.result()
+            try:
+                each["floor"].append(await _append_run(b, "floor", [floor], [], rep))
+            finally:
+                await b.stop_child(floor)
+        if api_started is not None:
+            api = api_started.result()
+            try:
+                if "api_off" in chosen:
+                    each["api_off"].append(await _append_run(b, "api_off", [api], [], rep))
+                if "api_off+worker" in chosen:
+                    worker = await b.start_worker("worker")
+                    try:
+                        drains.append(await _drain_fast(b))
+                        each["api_off+worker"].append(
+                            await _append_run(b, "api_off+worker", [api], [worker], rep)
+                        )
+                        drains.append(await _drain_fast(b))
+                    finally:
+                        await b.stop_child(worker)
+            finally:
+                await b.stop_child(api)
+        if chosen & {"combined", "2x_combined"}:
+            first = await b.start_replica("combined-a")
+            try:
+                drains.append(await _drain_fast(b))
+                if "combined" in chosen:
+                    each["combined"].append(await _append_run(b, "combined", [first], [], rep))
+                    drains.append(await _drain_fast(b))
+                if "2x_combined" in chosen:
+                    second = await b.start_replica("combined-b")
+                    try:
+                        each["2x_combined"].append(
+                            await _append_run(b, "2x_combined", [first, second], [], rep)
+                        )
+                        drains.append(await _drain_fast(b))
+                    finally:
+                        await b.stop_child(second)
+            finally:
+                await b.stop_child(first)
+    if any((await b.due_work()).values()):
+        # Left by deployments without a runner: run it, so no later scenario's runner does.
+        worker = await b.start_worker("worker")
+        try:
+            drains.append(await _drain_fast(b))
+        finally:
+            await b.stop_child(worker)
+    deployments: dict[str, Any] = {}
+    for name, runs in each.items():
+        lats = [r["latency_ms"].get("post", {}) for r in runs]
+        cpu_keys = {k for r in runs for k in r["cpu_cores"]}
+        deployments[name] = {
+            "what": APPEND_DEPLOYMENTS[name],
+            "throughput_rps": _median_of(runs, "throughput_rps"),
+            "throughput_each_run": [r["throughput_rps"] for r in runs],
+            "p50_ms": round(median([float(x["p50"]) for x in lats if x.get("p50") is not None] or [0]), 2),
+            "p99_ms": round(median([float(x["p99"]) for x in lats if x.get("p99") is not None] or [0]), 2),
+            "errors": sum(int(r["errors"]) for r in runs),
+            "error_samples": [e for r in runs for e in r.get("error_samples", [])][:5],
+            "summaries_per_second": _median_of(runs, "summaries_per_second"),
+            "due_at_end": max(r["work_at_end"]["due"] for r in runs),
+            "cpu_cores": {
+                k: round(median([r["cpu_cores"][k] for r in runs if k in r["cpu_cores"]]), 2)
+                for k in sorted(cpu_keys)
+            },
+            # CPU per round of the deployment's own processes (floor, API replicas, worker) and of
+            # PostgreSQL: cores over the run / rounds per second
+            "cpu_ms_per_round": {
+                k: round(
+                    median(
+                        [1000 * r["cpu_cores"][k] / r["throughput_rps"] for r in runs if r["throughput_rps"]]
+                    ),
+                    3,
+                )
+                for k in sorted(cpu_keys - {"machine"})
+            },
+            "requests_per_target": [r.get("requests_per_target") for r in runs],
+            "runs": runs,
+        }
+
+    def ratio(a: str, b_: str) -> float | None:
+        if a not in deployments or b_ not in deployments:
+            return None
+        x, y = deployments[a]["throughput_rps"], deployments[b_]["throughput_rps"]
+        return round(x / y, 3) if x and y else None
+
+    return {
+        "conversations": scale.append_conversations,
+        "concurrency": scale.append_concurrency,
+        "warmup_seconds": scale.append_warmup_seconds,
+        "duration_seconds": scale.append_duration_seconds,
+        "repeats": scale.append_repeats,
+        "llm_latency_seconds": scale.append_llm_latency,
+        "max_concurrent_summaries": b.settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
+        "deployments": deployments,
+        "ratios": {
+            # the issue's targets: >= 0.9 and >= 0.6
+            "api_worker_vs_summaries_off": ratio("api_off+worker", "api_off"),
+            "summaries_off_vs_floor": ratio("api_off", "floor"),
+            # for comparison
+            "combined_vs_summaries_off": ratio("combined", "api_off"),
+            "api_worker_vs_2_combined": ratio("api_off+worker", "2x_combined"),
+            "combined_vs_floor": ratio("combined", "floor"),
+        },
+        "drains": drains,
+    }
+
+
+# ---- 7: summary concurrency sizing -------------------------------------------------------------
+
+
+async def _sizing_run(b: Bench, cap: int) -> dict[str, Any]:
+    """A worker with MEMORY_MAX_CONCURRENT_SUMMARIES=cap on a backlog of due conversations: the
+    summaries it completes per second once warmed up, and what that costs in CPU."""
+    scale = b.scale
+    like = sizing_prefix(cap) + "-%"
+    await b.llm_control(latency=scale.sizing_llm_latency, reset=True)
+    worker = await b.start_worker(f"worker-cap{cap}", {"MEMORY_MAX_CONCURRENT_SUMMARIES": str(cap)})
+    try:
+        max_id = await b.db.fetchval("SELECT coalesce(max(memory_id), 0) FROM memory")
+        backlog = await b.db.fetchval(
+            "WITH due AS (UPDATE conversations SET summary_due_at = now() WHERE conversation_id LIKE $1"
+            " RETURNING 1) SELECT count(*) FROM due",
+            like,
+        )
+        await asyncio.sleep(scale.sizing_warmup_seconds)
+        count_sql = (
+            "SELECT count(*) AS n, clock_timestamp() AS at FROM memory"
+            " WHERE memory_id > $1 AND status = 'completed' AND conversation_id LIKE $2"
+        )
+        before = await b.db.fetchrow(count_sql, max_id, like)
+        cpu0, db0, machine0 = worker.cpu_seconds(), await b.postgres_cpu(), machine_busy_seconds()
+        wall0 = time.perf_counter()
+        await asyncio.sleep(scale.sizing_seconds)
+        after = await b.db.fetchrow(count_sql, max_id, like)
+        wall = time.perf_counter() - wall0
+        cpu, db_cpu = worker.cpu_seconds() - cpu0, cpu_delta(db0, await b.postgres_cpu())
+        machine = machine_busy_seconds() - machine0
+        llm = await b.llm_control()
+        left = await b.db.fetchval(
+            "SELECT count(*) FROM conversations WHERE conversation_id LIKE $1 AND summary_due_at IS NOT NULL",
+            like,
+        )
+        failed = await b.db.fetchval(
+            "SELECT count(*) FROM memory"
+            " WHERE memory_id > $1 AND status = 'failed' AND conversation_id LIKE $2",
+            max_id,
+            like,
+        )
+    finally:
+        await b.stop_child(worker)
+    # What the run left (due conversations, rows given back at shutdown) must not reach the next run.
+    await b.db.execute("UPDATE conversations SET summary_due_at = NULL WHERE conversation_id LIKE $1", like)
+    await b.db.execute("DELETE FROM memory WHERE status = 'processing' AND conversation_id LIKE $1", like)
+    completed = int(after["n"]) - int(before["n"])
+    seconds = (after["at"] - before["at"]).total_seconds()
+    rate = completed / seconds if seconds > 0 else 0.0
+    return {
+        "max_concurrent_summaries": cap,
+        "backlog": backlog,
+        "summaries_completed": completed,
+        "seconds": round(seconds, 2),
+        "summaries_per_second": round(rate, 1),
+        # the most a cap of this size can do with this LLM latency
+        "ideal_per_second": round(cap / scale.sizing_llm_latency, 1) if scale.sizing_llm_latency else None,
+        "efficiency": round(rate * scale.sizing_llm_latency / cap, 3) if scale.sizing_llm_latency else None,
+        "llm_max_in_flight": llm["max_in_flight"],
+        "still_due_at_end": left,
+        "backlog_ran_dry": left == 0,
+        "failed": failed,
+        "cpu_cores": {
+            "worker": round(cpu / wall, 2),
+            "postgres": round(db_cpu / wall, 2),
+            "machine": round(machine / wall, 2),
+        },
+        "cpu_ms_per_summary": {
+            "worker": round(1000 * cpu / completed, 2) if completed else None,
+            "postgres": round(1000 * db_cpu / completed, 2) if completed else None,
+        },
+    }
+
+
+async def summary_concurrency(b: Bench) -> dict[str, Any]:
+    """Summaries/s of one `memory-service worker` per MEMORY_MAX_CONCURRENT_SUMMARIES value, the
+    LLM at scale.sizing_llm_latency: how many slots an I/O-bound summary needs."""
+    scale = b.scale
+    await b.stop_main_service()
+    runs = {str(cap): await _sizing_run(b, cap) for cap in scale.sizing_caps}
+    return {
+        "llm_latency_seconds": scale.sizing_llm_latency,
+        "warmup_seconds": scale.sizing_warmup_seconds,
+        "seconds": scale.sizing_seconds,
+        "backlogs": {str(cap): sizing_backlog(scale, cap) for cap in scale.sizing_caps},
+        "runs": runs,
+    }

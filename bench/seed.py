@@ -1,6 +1,12 @@
 """Bulk seeding with COPY (never through the API): conversations, their messages (two per round,
 user then assistant), and the completed memories a real conversation of that length would have
-under its memory policy."""
+under its memory policy.
+
+Each conversation stores what the service would store for it: its resolved policy, the context
+spec and the wake point, all from the service's own policy code (app.memory.policies) with the
+deployment defaults the service runs with. Nothing is seeded as due (``summary_due_at`` NULL), so
+no runner touches a seeded conversation until a round is posted to it (or a scenario marks it due).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,17 @@ from typing import Any
 import asyncpg
 import orjson
 
+from app.memory.policies import (
+    MemoryPolicy,
+    ParameterDefaults,
+    build_policy,
+    parse_config,
+    policy_dump,
+    resolve,
+)
+from app.memory.policies.rolling_blocks import RollingBlocksConfig
+from app.memory.policies.sliding_window import SlidingWindowConfig
+from app.memory.types import ConversationState, MemoryRef, Wake
 from bench.textgen import message, rng_for
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -88,20 +105,23 @@ class Seeder:
     def __init__(
         self,
         *,
-        window_size: int,
-        summarize_after_seq: int,
+        policy_defaults: ParameterDefaults,
         history: bool,
-        catch_up_on_completion: bool = False,
-        block_window: int = 21,
-        max_summaries: int = 3,
         max_chars: int = 4000,
         pool_size: int = 512,
     ) -> None:
-        self.window_size = window_size
-        self.summarize_after_seq = summarize_after_seq
-        self.catch_up_on_completion = catch_up_on_completion
-        self.block_window = block_window
-        self.max_summaries = max_summaries
+        # Each policy as the service resolves it for a conversation created without parameters.
+        self.policies: dict[str, MemoryPolicy] = {
+            name: build_policy(resolve(parse_config(name), policy_defaults)) for name in POLICIES
+        }
+        window = self.policies[SLIDING_WINDOW].config
+        blocks = self.policies[ROLLING_BLOCKS].config
+        assert isinstance(window, SlidingWindowConfig) and isinstance(blocks, RollingBlocksConfig)
+        self.window_size = window.window_size
+        self.summarize_after_seq = window.summarize_after_seq
+        self.summarize_every = window.summarize_every
+        self.block_window = blocks.window
+        self.max_summaries = blocks.max_summaries
         self.max_chars = max_chars
         self.history = history
         rng = rng_for("bench-seed-pool")
@@ -113,24 +133,35 @@ class Seeder:
 
     def policy_config(self, policy: str) -> dict[str, Any]:
         """The conversation's stored (resolved) policy, as the service would store it."""
-        if policy == SLIDING_WINDOW:
-            return {
-                "name": SLIDING_WINDOW,
-                "window_size": self.window_size,
-                "summarize_after_seq": self.summarize_after_seq,
-                "catch_up_on_completion": self.catch_up_on_completion,
-            }
-        if policy == ROLLING_BLOCKS:
-            return {"name": ROLLING_BLOCKS, "window": self.block_window, "max_summaries": self.max_summaries}
-        raise ValueError(f"unknown memory policy {policy!r}")
+        return policy_dump(self.policies[policy].config)
 
     def context_spec(self, policy: str) -> tuple[int, int]:
         """(context_summaries, context_recent_rounds) the service derives from the policy."""
-        if policy == SLIDING_WINDOW:
-            return 1, 0
-        if policy == ROLLING_BLOCKS:
-            return self.max_summaries, self.block_window
-        raise ValueError(f"unknown memory policy {policy!r}")
+        spec = self.policies[policy].context
+        return spec.summaries, spec.recent_rounds
+
+    def wake(self, seed: ConversationSeed, planned: Sequence[PlannedMemory]) -> Wake:
+        """The policy's wake point for the seeded conversation (its newest memory completed)."""
+        newest = (
+            MemoryRef(
+                memory_id=0,  # the policies decide on ranges, not ids
+                kind=planned[-1].kind,
+                status="completed",
+                start_sequence=planned[-1].start_sequence,
+                end_sequence=planned[-1].end_sequence,
+                start_round=planned[-1].start_round,
+                end_round=planned[-1].end_round,
+            )
+            if planned
+            else None
+        )
+        state = ConversationState(
+            last_sequence=seed.messages - 1,
+            last_round=rounds_of(seed.messages) - 1,
+            latest_completed=newest,
+            newest=newest,
+        )
+        return self.policies[seed.policy].wake(state)
 
     # ---- what a conversation of that length has -----------------------------------------------
 
@@ -143,9 +174,10 @@ class Seeder:
             return []
         if not self.history:
             return [last]
-        # One completed summary per round from the trigger on, as the policy produces them.
+        # One completed summary every summarize_every rounds from the trigger on, as the policy
+        # produces them when summaries keep up.
         first = self.summarize_after_seq if self.summarize_after_seq % 2 else self.summarize_after_seq + 1
-        ends = list(range(first, last + 1, 2))
+        ends = list(range(first, last + 1, MESSAGES_PER_ROUND * self.summarize_every))
         if not ends or ends[-1] != last:
             ends.append(last)
         return ends
@@ -238,6 +270,8 @@ class Seeder:
             rounds = rounds_of(seed.messages)
             t0 = now - step * (rounds + 1)
             summaries, recent_rounds = self.context_spec(seed.policy)
+            planned = self.memories(seed)
+            wake = self.wake(seed, planned)
             conv_rows.append(
                 (
                     seed.conversation_id,
@@ -249,6 +283,8 @@ class Seeder:
                     policies[seed.policy],
                     summaries,
                     recent_rounds,
+                    wake.round,
+                    wake.sequence,
                 )
             )
             for seq in range(seed.messages):
@@ -268,7 +304,7 @@ class Seeder:
                         t0 + step * rnd,
                     )
                 )
-            plans.append((index, seed, self.memories(seed), t0))
+            plans.append((index, seed, planned, t0))
         total_memories = sum(len(planned) for _, _, planned, _ in plans)
         ids: list[int] = []
         if total_memories:
@@ -323,6 +359,8 @@ class Seeder:
                     "memory_policy",
                     "context_summaries",
                     "context_recent_rounds",
+                    "wake_round",
+                    "wake_sequence",
                 ],
             )
             await conn.copy_records_to_table(
@@ -338,6 +376,15 @@ class Seeder:
                     "content_bytes",
                     "created_at",
                 ],
+            )
+            # Seeded messages hold no tool calls: every round starts at a boundary (a window may
+            # start there), as the append statement would have marked it.
+            await conn.execute(
+                "UPDATE messages m SET boundary = true "
+                "WHERE m.conversation_id = ANY($1::varchar[]) AND (m.sequence = 0 OR m.round <> "
+                "(SELECT p.round FROM messages p WHERE p.conversation_id = m.conversation_id "
+                "AND p.sequence = m.sequence - 1))",
+                sorted({row[0] for row in msg_rows}),
             )
             if mem_rows:
                 await conn.copy_records_to_table(

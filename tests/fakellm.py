@@ -73,6 +73,8 @@ class FakeLLM:
         self.trickle_seconds = 0.0
         self._trickle_abort = threading.Event()
         self.calls: list[Call] = []
+        # Requests to the Anthropic Messages endpoint (answered at once with a canned message).
+        self.anthropic_requests: list[dict[str, Any]] = []
         self.hold = False
         self._failures: list[_Failure] = []
         self._cond = threading.Condition()
@@ -87,6 +89,10 @@ class FakeLLM:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/v1/messages"):  # Anthropic's Messages API, for examples
+                    fake.anthropic_requests.append(body)
+                    self._reply(200, _anthropic_message(body.get("model", "fake"), "A fake Claude answer."))
+                    return
                 if not self.path.endswith("/chat/completions"):
                     self._reply(404, {"error": {"message": "not found"}})
                     return
@@ -111,7 +117,7 @@ class FakeLLM:
                 if text is None:
                     start, end = call.job.get("start_sequence", "?"), call.job.get("end_sequence", "?")
                     text = f"Summary of messages #{start}-#{end}."
-                self._reply(200, _completion(body.get("model", "fake"), text))
+                self._reply(200, _completion(body.get("model", "fake"), text, _tokens(body)))
 
             def _reply(
                 self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
@@ -160,6 +166,7 @@ class FakeLLM:
         with self._cond:
             self.release_all()
             self.calls.clear()
+            self.anthropic_requests.clear()
             self._failures.clear()
             self.hold = False
             self.latency_seconds = 0.0
@@ -214,7 +221,25 @@ class FakeLLM:
             call.released.set()
 
 
-def _completion(model: str, text: str) -> dict[str, Any]:
+def _anthropic_message(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def _tokens(body: dict[str, Any]) -> int:
+    """The prompt's size in "tokens": a character count over 4, as a usage report needs one."""
+    return sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
+
+
+def _completion(model: str, text: str, prompt_tokens: int = 0) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -227,5 +252,9 @@ def _completion(model: str, text: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(text) // 4,
+            "total_tokens": prompt_tokens + len(text) // 4,
+        },
     }

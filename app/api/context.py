@@ -2,29 +2,81 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 
 from app.api.deps import ConversationIdPath, ServiceDep, TenantDep
+from app.api.responses import errors
 from app.schemas import ContextOut, MemoriesOut
 
 router = APIRouter(tags=["context"])
 
 
-@router.get("/conversations/{conversation_id}/context", response_model=ContextOut)
+@router.get(
+    "/conversations/{conversation_id}/context",
+    response_model=ContextOut,
+    responses=errors(
+        (
+            409,
+            "The context cannot be sent to that provider as it stands (tool calls still waiting for "
+            "their results).",
+            "the context cannot be rendered for openai: tool call(s) call_1 have no result yet: the "
+            "provider needs each call's result after it, so post the results (the next round starts "
+            "with them) and read again",
+        ),
+        422,
+        503,
+    ),
+)
 async def get_context(
-    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+    conversation_id: ConversationIdPath,
+    service: ServiceDep,
+    tenant: TenantDep,
+    format: Annotated[
+        Literal["json", "text", "markdown", "openai", "anthropic"],
+        Query(
+            description="`json` (this shape); `text` or `markdown`: the policy's rendering for a "
+            "prompt; `openai`: `{messages}` for Chat Completions; `anthropic`: `{system, messages}` "
+            "for the Messages API. Every form carries X-Context-Tokens and X-Context-Truncated."
+        ),
+    ] = "json",
+    max_tokens: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000_000,
+            description="Fit the context into this many tokens: the oldest raw rounds go first (whole "
+            "rounds and tool exchanges), never the newest; `truncated` and `omitted_messages` say so.",
+        ),
+    ] = None,
+    context_window: Annotated[
+        int | None,
+        Query(ge=1, le=100_000_000, description="A model's window: adds the share of it the context uses."),
+    ] = None,
 ) -> Response:
-    """The latest completed memory plus every message after it (the gap). While a newer summary
-    is processing, this is the previous completed one with a larger gap: never blocked, never
-    missing a message."""
+    """The summaries the conversation's policy shows plus every message after them. While a
+    newer summary is processing, the previous ones with more raw messages: never blocked, never
+    missing a message. A conversation never written to reads as an empty context."""
     # PostgreSQL builds the JSON (the hot read path); the response model documents its shape.
-    body = await service.get_context_json(tenant_id=tenant, conversation_id=conversation_id)
-    return Response(content=body, media_type="application/json")
+    body, context = await service.get_context(
+        tenant_id=tenant,
+        conversation_id=conversation_id,
+        format=format,
+        max_tokens=max_tokens,
+        context_window=context_window,
+    )
+    headers = {
+        "X-Context-Tokens": str(context["tokens"]["total"]),
+        "X-Context-Truncated": "true" if context["truncated"] else "false",
+    }
+    media = {"text": "text/plain; charset=utf-8", "markdown": "text/markdown; charset=utf-8"}
+    return Response(content=body, media_type=media.get(format, "application/json"), headers=headers)
 
 
-@router.get("/conversations/{conversation_id}/memories", response_model=MemoriesOut)
+@router.get(
+    "/conversations/{conversation_id}/memories", response_model=MemoriesOut, responses=errors(404, 422, 503)
+)
 async def list_memories(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
 ) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
+from app.api.responses import errors
 from app.errors import PayloadTooLarge
 from app.repositories.messages import NewMessage
 from app.schemas import (
@@ -16,12 +17,18 @@ from app.schemas import (
     ConversationOut,
     ConversationsPageOut,
     CreateConversationIn,
-    ErrorOut,
+    MemoryStarted,
     MessagesPageOut,
+    UpdateConversationIn,
     content_chars,
 )
 
 router = APIRouter(tags=["conversations"])
+
+REPLAYED = {
+    "description": "`true` when this answers a retry with the same Idempotency-Key: nothing was stored.",
+    "schema": {"type": "string", "const": "true"},
+}
 
 
 @router.post(
@@ -29,11 +36,25 @@ router = APIRouter(tags=["conversations"])
     status_code=status.HTTP_201_CREATED,
     response_model=AppendMessagesOut,
     responses={
-        409: {"model": ErrorOut, "description": "Idempotency-Key reused with another body"},
-        413: {
-            "model": ErrorOut,
-            "description": "Too many messages, a message too long, or the conversation's metadata too large",
-        },
+        201: {"headers": {"Idempotent-Replayed": REPLAYED}},
+        **errors(
+            400,
+            (404, "The id is another tenant's conversation.", "conversation 'demo' not found"),
+            (
+                409,
+                "The Idempotency-Key was used before with another body.",
+                "Idempotency-Key was already used with a different request body",
+            ),
+            (
+                413,
+                "Too many messages (MEMORY_MAX_MESSAGES_PER_REQUEST), a message too long "
+                "(MEMORY_MAX_MESSAGE_CHARS), or the conversation's metadata too large.",
+                "at most 100 messages per request (MEMORY_MAX_MESSAGES_PER_REQUEST)",
+            ),
+            415,
+            422,
+            503,
+        ),
     },
 )
 async def append_messages(
@@ -42,7 +63,6 @@ async def append_messages(
     service: ServiceDep,
     settings: SettingsDep,
     tenant: TenantDep,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -52,16 +72,17 @@ async def append_messages(
             description="Retrying a POST with the same key returns the original result.",
         ),
     ] = None,
-) -> dict[str, Any]:
-    """Store a round (usually a user and an assistant message) and maybe start a summary.
-    Creates the conversation on first use, with the deployment's default policy."""
+) -> Response:
+    """Store a round (usually a user and an assistant message); `summary_due` says whether a
+    summary of the conversation is now due (a runner starts it). Creates the conversation on
+    first use, with the deployment's default policy."""
     if len(body.messages) > settings.MEMORY_MAX_MESSAGES_PER_REQUEST:
         raise PayloadTooLarge(
             f"at most {settings.MEMORY_MAX_MESSAGES_PER_REQUEST} messages per request, "
             f"got {len(body.messages)}"
         )
     for index, message in enumerate(body.messages):
-        size = content_chars(message.content)
+        size = 0 if message.content is None else content_chars(message.content)
         if size > settings.MEMORY_MAX_MESSAGE_CHARS:
             raise PayloadTooLarge(
                 f"messages[{index}].content has {size} characters; "
@@ -70,23 +91,47 @@ async def append_messages(
     result = await service.append_messages(
         tenant_id=tenant,
         conversation_id=conversation_id,
-        items=[NewMessage(role=m.role, content=m.content, metadata=m.metadata) for m in body.messages],
+        items=[
+            NewMessage(
+                role=m.role,
+                content=m.content,
+                metadata=m.metadata,
+                name=m.name,
+                tool_calls=None if m.tool_calls is None else [c.model_dump() for c in m.tool_calls],
+                tool_call_id=m.tool_call_id,
+                source=m.source,
+                kind=m.entry_type,
+            )
+            for m in body.messages
+        ],
         metadata=body.metadata,
         idempotency_key=idempotency_key,
     )
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return result.body
+    # The database built the body (app.repositories.rounds): sent as is.
+    return Response(
+        content=result.body,
+        status_code=status.HTTP_201_CREATED,
+        media_type="application/json",
+        headers={"Idempotent-Replayed": "true"} if result.replayed else None,
+    )
 
 
 @router.post(
     "/conversations",
     status_code=status.HTTP_201_CREATED,
     response_model=ConversationOut,
-    responses={
-        409: {"model": ErrorOut, "description": "The conversation id is taken"},
-        413: {"model": ErrorOut, "description": "Metadata too large"},
-    },
+    responses=errors(
+        400,
+        (409, "The id is taken (by this tenant or another).", "conversation 'trip-42' already exists"),
+        (
+            413,
+            "The metadata is over MEMORY_MAX_METADATA_BYTES or MEMORY_MAX_METADATA_KEYS.",
+            "the conversation's metadata would have 300 keys; the limit is 256 (MEMORY_MAX_METADATA_KEYS)",
+        ),
+        415,
+        422,
+        503,
+    ),
 )
 async def create_conversation(
     body: CreateConversationIn, service: ServiceDep, tenant: TenantDep
@@ -100,7 +145,11 @@ async def create_conversation(
     )
 
 
-@router.get("/conversations/{conversation_id}/messages", response_model=MessagesPageOut)
+@router.get(
+    "/conversations/{conversation_id}/messages",
+    response_model=MessagesPageOut,
+    responses=errors(404, 422, 503),
+)
 async def list_messages(
     conversation_id: ConversationIdPath,
     service: ServiceDep,
@@ -123,14 +172,74 @@ async def list_messages(
     }
 
 
-@router.get("/conversations/{conversation_id}", response_model=ConversationOut)
+@router.get(
+    "/conversations/{conversation_id}",
+    response_model=ConversationOut,
+    responses=errors(404, 422, 503),
+)
 async def get_conversation(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
 ) -> dict[str, Any]:
     return await service.get_conversation(tenant_id=tenant, conversation_id=conversation_id)
 
 
-@router.delete("/conversations/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.patch(
+    "/conversations/{conversation_id}",
+    response_model=ConversationOut,
+    responses=errors(
+        400,
+        404,
+        (
+            409,
+            "The body names another policy than the conversation's.",
+            "the conversation's policy is 'sliding_window'; switching to 'token_budget' is not "
+            "supported, as its summaries follow its own policy's rules: start a new conversation "
+            "with that policy instead",
+        ),
+        415,
+        422,
+        503,
+    ),
+)
+async def update_conversation(
+    conversation_id: ConversationIdPath, body: UpdateConversationIn, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Change the parameters of the conversation's policy (seed 003's updateConfig), from its
+    next round on; the ones not given keep their values."""
+    return await service.update_policy(
+        tenant_id=tenant, conversation_id=conversation_id, memory_policy=body.memory_policy
+    )
+
+
+@router.post(
+    "/conversations/{conversation_id}/compress",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=MemoryStarted,
+    responses=errors(
+        404,
+        (
+            409,
+            "A summary is already processing, or the policy has nothing to summarize now.",
+            "nothing to compress: 3 active entries, of which the newest 10 stay and at least 5 older "
+            "ones (whole tool exchanges) are needed",
+        ),
+        422,
+        503,
+    ),
+)
+async def compress(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Summarize now what the conversation's policy would (seed 003's manual compression: the
+    uncompressed entries but the recent window); a runner starts it."""
+    return await service.summarize_now(tenant_id=tenant, conversation_id=conversation_id)
+
+
+@router.delete(
+    "/conversations/{conversation_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=errors(404, 422, 503),
+)
 async def delete_conversation(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
 ) -> Response:
@@ -139,7 +248,7 @@ async def delete_conversation(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/conversations", response_model=ConversationsPageOut)
+@router.get("/conversations", response_model=ConversationsPageOut, responses=errors(422, 503))
 async def list_conversations(
     service: ServiceDep,
     tenant: TenantDep,

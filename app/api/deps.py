@@ -45,5 +45,6 @@ ConversationIdPath = Annotated[
     Path(
         pattern=CONVERSATION_ID_PATTERN,
         description="1-50 characters: letters, digits and . _ : - (not starting with a symbol).",
+        examples=["demo"],
     ),
 ]

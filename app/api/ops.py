@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
+from app.api.responses import errors
 from app.schemas import (
-    ErrorOut,
     FailedMemory,
     FailingConversation,
     GenerationStats,
@@ -22,8 +22,12 @@ from app.schemas import (
 router = APIRouter(prefix="/ops", tags=["ops"])
 
 
-@router.get("/conversations/{conversation_id}/memory-chain", response_model=MemoriesOut)
-async def memory_chain(
+@router.get(
+    "/conversations/{conversation_id}/memory-chain",
+    response_model=MemoriesOut,
+    responses=errors(404, 422, 503),
+)
+async def get_memory_chain(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
 ) -> dict[str, Any]:
     """Memory history with its version chain (base_end_seq = the base memory's end)."""
@@ -31,8 +35,8 @@ async def memory_chain(
     return {"conversation_id": conversation_id, "memories": memories}
 
 
-@router.get("/memories/stuck", response_model=list[StuckMemory])
-async def stuck_memories(
+@router.get("/memories/stuck", response_model=list[StuckMemory], responses=errors(422, 503))
+async def list_stuck_memories(
     service: ServiceDep,
     settings: SettingsDep,
     tenant: TenantDep,
@@ -43,32 +47,32 @@ async def stuck_memories(
     return await service.stuck(tenant_id=tenant, older_than_seconds=age)
 
 
-@router.get("/memories/failed", response_model=list[FailedMemory])
-async def failed_memories(
+@router.get("/memories/failed", response_model=list[FailedMemory], responses=errors(422, 503))
+async def list_failed_memories(
     service: ServiceDep, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> list[dict[str, Any]]:
     """The newest failed summaries with their reasons."""
     return await service.failures(tenant_id=tenant, limit=limit)
 
 
-@router.get("/conversations/failing", response_model=list[FailingConversation])
-async def failing_conversations(
+@router.get("/conversations/failing", response_model=list[FailingConversation], responses=errors(422, 503))
+async def list_failing_conversations(
     service: ServiceDep, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> list[dict[str, Any]]:
     """Conversations whose summaries keep failing, with their backoff and last error."""
     return await service.failing_conversations(tenant_id=tenant, limit=limit)
 
 
-@router.get("/memories/window-progression", response_model=list[WindowRow])
-async def window_progression(
+@router.get("/memories/window-progression", response_model=list[WindowRow], responses=errors(422, 503))
+async def get_window_progression(
     service: ServiceDep, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 20
 ) -> list[dict[str, Any]]:
     """The newest completed windows and their sizes."""
     return await service.window_progression(tenant_id=tenant, limit=limit)
 
 
-@router.get("/memories/generation-stats", response_model=GenerationStats)
-async def generation_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, Any]:
+@router.get("/memories/generation-stats", response_model=GenerationStats, responses=errors(503))
+async def get_generation_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, Any]:
     """Summarization time over all completed memories."""
     return await service.generation_stats(tenant_id=tenant)
 
@@ -77,10 +81,20 @@ async def generation_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, 
     "/memories/{memory_id}/retry",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MemoryStarted,
-    responses={409: {"model": ErrorOut, "description": "Another summary is processing"}},
+    responses=errors(
+        (404, "No such memory for this tenant.", "memory 7 not found"),
+        (
+            409,
+            "The memory is not failed, another summary of its conversation is processing, or the "
+            "summary queue is full.",
+            "a summary is already processing for this conversation",
+        ),
+        422,
+        503,
+    ),
 )
 async def retry_memory(
-    memory_id: Annotated[int, Path(ge=1, le=2**31 - 1)], service: ServiceDep, tenant: TenantDep
+    memory_id: Annotated[int, Path(ge=1, le=2**31 - 1, examples=[1])], service: ServiceDep, tenant: TenantDep
 ) -> dict[str, Any]:
     """Run a failed memory again over the same window; 409 while another one is processing."""
     return await service.retry_memory(tenant_id=tenant, memory_id=memory_id)
@@ -90,7 +104,16 @@ async def retry_memory(
     "/conversations/{conversation_id}/summarize",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MemoryStarted,
-    responses={409: {"model": ErrorOut, "description": "A summary is running or nothing is new"}},
+    responses=errors(
+        404,
+        (
+            409,
+            "A summary is already processing, or the policy has nothing to summarize.",
+            "nothing new to summarize: the latest memory covers every message",
+        ),
+        422,
+        503,
+    ),
 )
 async def summarize_now(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
@@ -100,18 +123,16 @@ async def summarize_now(
 
 
 @router.get("/runner", response_model=RunnerStats)
-async def runner_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, Any]:
-    """This replica's background summaries (running, waiting for a slot, the caps) and the state
-    of its circuit breaker for the model."""
-    runner = service.runner
+async def get_runner_stats(service: ServiceDep, tenant: TenantDep) -> dict[str, Any]:
+    """Your summary work across every replica and worker (running, queued, due), and this
+    replica's runner: whether it runs summaries, its slots, its circuit breaker for the model."""
     breaker = service.breaker
+    runner = service.runner
     return {
-        "accepting": runner.accepting,
+        **await service.summary_load(tenant_id=tenant),
+        "runs_summaries": runner.accepting,
+        "max_concurrent": runner.max_concurrent,
         "llm_circuit": breaker.state.value,
         "llm_consecutive_failures": breaker.consecutive_failures,
         "llm_circuit_retry_in_seconds": round(breaker.retry_in_seconds, 3),
-        "running": runner.running,
-        "waiting": runner.waiting,
-        "max_concurrent": runner.max_concurrent,
-        "max_pending": runner.max_pending,
     }

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from contextvars import ContextVar
+from typing import Any
 
 import openai
 import orjson
 from openai import AsyncOpenAI
 
+from app import metrics
 from app.memory.types import Prompt, SummaryJob
 
 # Sent with every request: which summary it is for, in a form tests and gateways can read
@@ -34,7 +37,12 @@ class LLMRequestError(RuntimeError):
     """The model's server refused or failed the request. The message (which ends up in
     memory.error and in logs) is the error's class, HTTP status, machine-readable type/code and
     the server's own message, unless that quotes the request: some gateways put the offending
-    content (message text) in their error messages."""
+    content (message text) in their error messages. ``timed_out``: an attempt's read or connect
+    timed out (after its retries)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 # Error types and codes worth keeping (``rate_limit_exceeded``, ``context_length_exceeded``).
@@ -83,6 +91,29 @@ def storable(text: str) -> str:
     return text
 
 
+# The HTTP attempts of the call in progress in this task (each summary is a task of its own).
+_attempts: ContextVar[list[int] | None] = ContextVar("llm_attempts", default=None)
+
+
+class _CountingOpenAI(AsyncOpenAI):
+    """The openai client, counting the HTTP attempts of each call (its retries are its own)
+    through the hook it offers subclasses for every request it builds."""
+
+    async def _prepare_request(self, request: Any) -> None:
+        await super()._prepare_request(request)
+        attempts = _attempts.get()
+        if attempts is not None:
+            attempts[0] += 1
+
+
+def _count_usage(completion: Any) -> None:
+    usage = getattr(completion, "usage", None)
+    for direction, field in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+        tokens = getattr(usage, field, None)
+        if isinstance(tokens, int) and tokens > 0:
+            metrics.LLM_TOKENS.labels(direction).inc(tokens)
+
+
 class ChatModel:
     """Chat Completions with a plain-text answer. Retries (timeouts, 429, 5xx) use the openai
     client's own exponential backoff with jitter, which honours Retry-After. ``timeout_seconds``
@@ -100,13 +131,41 @@ class ChatModel:
         max_retries: int,
         call_timeout_seconds: float = DEFAULT_CALL_TIMEOUT_SECONDS,
     ) -> None:
-        self._client = AsyncOpenAI(
+        self._client = _CountingOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_seconds, max_retries=max_retries
         )
         self._model = model
         self.call_timeout_seconds = call_timeout_seconds
 
     async def summarize(self, prompt: Prompt, job: SummaryJob) -> str:
+        """The model's summary; counts the call by outcome, its retries and its tokens."""
+        attempts = [0]
+        token = _attempts.set(attempts)
+        outcome: str | None = "error"
+        try:
+            text = await self._summarize(prompt, job)
+            outcome = "ok"
+            return text
+        except asyncio.CancelledError:
+            outcome = None  # shutting down: no outcome
+            raise
+        except EmptySummaryError:
+            outcome = "empty"
+            raise
+        except LLMCallTimeoutError:
+            outcome = "timeout"
+            raise
+        except LLMRequestError as exc:
+            outcome = "timeout" if exc.timed_out else "error"
+            raise
+        finally:
+            _attempts.reset(token)
+            if outcome is not None:
+                metrics.LLM_CALLS.labels(outcome).inc()
+            if attempts[0] > 1:
+                metrics.LLM_RETRIES.inc(attempts[0] - 1)
+
+    async def _summarize(self, prompt: Prompt, job: SummaryJob) -> str:
         marker = {
             "memory_id": job.memory_id,
             "conversation_id": job.conversation_id,
@@ -132,7 +191,10 @@ class ChatModel:
             raise LLMCallTimeoutError(f"LLM call exceeded {self.call_timeout_seconds:g} s") from None
         except openai.APIError as exc:
             # `from None`: a logged traceback would print the original, message included.
-            raise LLMRequestError(describe_api_error(exc, prompt.user)) from None
+            raise LLMRequestError(
+                describe_api_error(exc, prompt.user), timed_out=isinstance(exc, openai.APITimeoutError)
+            ) from None
+        _count_usage(completion)
         text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
         if not text:
             raise EmptySummaryError("the model returned an empty summary")

@@ -1,24 +1,23 @@
-"""Background summaries: one runner owns starting, capping, tracking and stopping them.
+"""Background summaries in one process: claiming due work, running it, renewing its leases.
 
-Each summary is an asyncio task (a reference is kept until it ends). At most
-``max_concurrent`` run at once; up to ``max_pending`` more may wait for a slot, and past that
-``has_capacity()`` is False so the service does not start new ones (the next round retries).
-Tenants are served fairly: a free slot goes to the waiting tenant with the fewest summaries
-running (among equals, the one given a slot longest ago), and a tenant holding fewer than
-``max_concurrent`` summaries may submit one even when others have filled the queue, so one
-tenant's burst cannot hold back another's summaries.
-A maintenance loop renews the leases of the rows this process owns (so no reaper fails them)
-and reaps expired leases left by dead workers. A summary that has run longer than
-``max_run_seconds`` (the model call's own bound plus a margin: it can only be wedged) is no
-longer renewed, so its lease runs out and a reaper on any replica fails its row.
+The work itself lives in PostgreSQL (app.repositories.work): due conversations and queued
+'processing' rows. A runner claims at most as many pieces as it has free slots
+(``max_concurrent``), in the database's fair order across tenants, whenever it is poked (a POST
+made a summary due, a summary ended, a slot freed) and at least every ``claim_interval`` seconds,
+so work made due by another replica, or left by one that died, is picked up too. Nothing waits
+in process memory: a runner that stops loses no work.
+
+A maintenance loop renews the leases of the rows this process owns (so no reaper fails them) and
+reaps rows whose runner died. A summary that has run longer than ``max_run_seconds`` (the model
+call's own bound plus a margin: it can only be wedged) is no longer renewed, so its lease runs
+out and another runner claims it again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
-from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
@@ -34,46 +33,38 @@ class SummaryRunner:
     def __init__(
         self,
         *,
+        claim: Callable[[int], Awaitable[list[int]]],
         work: Callable[[int], Awaitable[None]],
         maintenance: Callable[[list[int]], Awaitable[None]],
         max_concurrent: int,
-        max_pending: int,
+        claim_interval: float,
         maintenance_interval: float,
         max_run_seconds: float | None = DEFAULT_MAX_RUN_SECONDS,
     ) -> None:
+        self._claim = claim
         self._work = work
         self._maintenance = maintenance
         self.max_concurrent = max_concurrent
-        self.max_pending = max_pending
-        self._interval = maintenance_interval
+        self._claim_interval = claim_interval
+        self._maintenance_interval = maintenance_interval
         # None: renew for as long as a summary runs.
         self.max_run_seconds = max_run_seconds
-        self._free_slots = max_concurrent
-        # Per tenant, the summaries waiting for a slot: (arrival number, future to wake it).
-        self._queues: dict[str, deque[tuple[int, asyncio.Future[None]]]] = {}
-        self._arrivals = itertools.count()
-        self._running_by_tenant: Counter[str] = Counter()
-        # When each tenant was last given a slot, to take turns among tenants running as many.
-        self._grants = itertools.count()
-        self._last_granted: dict[str, int] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        # When each running summary got its slot (waiting for one does not count).
+        # When each running summary started.
         self._started: dict[int, float] = {}
         self._overdue_logged: set[int] = set()
-        self._running = 0
-        self._maintainer: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()
+        self._claim_lock = asyncio.Lock()
+        self._claimer: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self.accepting = False
 
     @property
     def running(self) -> int:
-        return self._running
-
-    @property
-    def waiting(self) -> int:
-        return len(self._tasks) - self._running
+        return len(self._tasks)
 
     def owned(self) -> list[int]:
-        """Memory ids of the summaries this process is running or about to run."""
+        """Memory ids of the summaries this process is running."""
         return list(self._tasks)
 
     def renewable(self) -> list[int]:
@@ -84,98 +75,81 @@ class SummaryRunner:
         now = asyncio.get_running_loop().time()
         keep = []
         for memory_id in self._tasks:
-            started = self._started.get(memory_id)
-            if started is None or now - started <= self.max_run_seconds:
+            if now - self._started[memory_id] <= self.max_run_seconds:
                 keep.append(memory_id)
             elif memory_id not in self._overdue_logged:
                 self._overdue_logged.add(memory_id)
                 logger.warning(
                     "Summary %d has run %.0fs, past its limit of %.0fs: no longer renewing its "
-                    "lease, so a reaper fails it",
+                    "lease, so another runner claims it again",
                     memory_id,
-                    now - started,
+                    now - self._started[memory_id],
                     self.max_run_seconds,
                 )
         return keep
 
-    def has_capacity(self, tenant: str) -> bool:
-        """Whether a summary of ``tenant`` may be submitted: the queue has room, or others
-        filled it and the tenant holds fewer than ``max_concurrent`` summaries (its reserve, so
-        that the bound grows by at most ``max_concurrent`` per tenant)."""
-        if not self.accepting:
-            return False
-        if len(self._tasks) < self.max_concurrent + self.max_pending:
-            return True
-        held = self._running_by_tenant[tenant] + len(self._queues.get(tenant, ()))
-        return held < self.max_concurrent
+    def start(self, *, claims: bool = True) -> None:
+        """Start maintenance and, with ``claims``, claiming work (off on an API replica that
+        leaves summaries to workers: MEMORY_RUN_SUMMARIES=false)."""
+        self.accepting = claims
+        self._loops.append(asyncio.create_task(self._maintain_forever(), name="memory-maintenance"))
+        if claims:
+            self._claimer = asyncio.create_task(self._claim_forever(), name="memory-claims")
+            self._loops.append(self._claimer)
 
-    def start(self) -> None:
-        self.accepting = True
-        self._maintainer = asyncio.create_task(self._maintain_forever(), name="memory-maintenance")
+    def poke(self) -> None:
+        """Look for work now (something was made due or queued in this process)."""
+        self._poked.set()
 
-    def submit(self, memory_id: int, tenant: str) -> None:
-        """Run the summary of ``memory_id`` in the background (its row is already committed)."""
-        task = asyncio.create_task(self._run(memory_id, tenant), name=f"summary-{memory_id}")
+    async def _claim_forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), timeout=self._claim_interval)
+            self._poked.clear()
+            try:
+                await self._claim_while_free()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("claiming summary work failed; retrying", exc_info=True)
+
+    async def claim_now(self) -> int:
+        """Claim work until the slots are full or none is left; how many summaries started."""
+        return await self._claim_while_free()
+
+    async def _claim_while_free(self) -> int:
+        # One claim at a time: a claim in progress finishes (its summaries spawned) before
+        # another looks at the slots, so claim_now() + wait_idle() never miss a claimed summary.
+        async with self._claim_lock:
+            return await self._claim_unlocked()
+
+    async def _claim_unlocked(self) -> int:
+        started = 0
+        while self.accepting:
+            free = self.max_concurrent - len(self._tasks)
+            if free <= 0:
+                break
+            claimed = await self._claim(free)
+            for memory_id in claimed:
+                self._spawn(memory_id)
+            started += len(claimed)
+            if len(claimed) < free:
+                break
+        return started
+
+    def _spawn(self, memory_id: int) -> None:
+        task = asyncio.create_task(self._run(memory_id), name=f"summary-{memory_id}")
         self._tasks[memory_id] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(memory_id, None))
-
-    async def _acquire_slot(self, tenant: str) -> None:
-        """Take a slot for ``tenant``, waiting for one fairly; counted in _running_by_tenant."""
-        if self._free_slots > 0 and not self._queues:
-            self._free_slots -= 1
-            self._grant(tenant)
-            return
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (next(self._arrivals), woken)
-        self._queues.setdefault(tenant, deque()).append(entry)
-        try:
-            await woken  # the releasing task hands its slot over (see _release_slot)
-        except asyncio.CancelledError:
-            queue = self._queues.get(tenant)
-            if queue is not None and entry in queue:
-                queue.remove(entry)
-                if not queue:
-                    del self._queues[tenant]
-            elif woken.done() and not woken.cancelled():
-                self._running_by_tenant[tenant] -= 1  # handed a slot while being cancelled:
-                self._release_slot()  # pass it on
-            raise
-
-    def _release_slot(self) -> None:
-        """Hand the slot to the waiting tenant with the fewest running (among equals, the one
-        served longest ago), else free it."""
-        if not self._queues:
-            self._free_slots += 1
-            return
-        tenant = min(
-            self._queues,
-            key=lambda t: (self._running_by_tenant[t], self._last_granted.get(t, -1), self._queues[t][0][0]),
-        )
-        queue = self._queues[tenant]
-        _, woken = queue.popleft()
-        if not queue:
-            del self._queues[tenant]
-        self._grant(tenant)  # counted at once, so the next choice sees it
-        woken.set_result(None)
-
-    def _grant(self, tenant: str) -> None:
-        self._running_by_tenant[tenant] += 1
-        self._last_granted[tenant] = next(self._grants)
-
-    async def _run(self, memory_id: int, tenant: str) -> None:
-        await self._acquire_slot(tenant)
-        self._running += 1
         self._started[memory_id] = asyncio.get_running_loop().time()
+
+    async def _run(self, memory_id: int) -> None:
         try:
             await self._work(memory_id)
         finally:
-            self._running -= 1
-            self._running_by_tenant[tenant] -= 1
-            if not self._running_by_tenant[tenant]:
-                del self._running_by_tenant[tenant]
+            self._tasks.pop(memory_id, None)
             self._started.pop(memory_id, None)
             self._overdue_logged.discard(memory_id)
-            self._release_slot()
+            self.poke()  # a slot is free
 
     async def _maintain_forever(self) -> None:
         while True:
@@ -185,17 +159,29 @@ class SummaryRunner:
                 raise
             except Exception:
                 logger.warning("memory maintenance failed; retrying next tick", exc_info=True)
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._maintenance_interval)
+
+    @property
+    def idle(self) -> bool:
+        """No summary runs here and no claim is in progress."""
+        return not self._tasks and not self._claim_lock.locked()
 
     async def wait_idle(self) -> None:
-        """Wait until every submitted summary has ended (used by tests and shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        """Wait until every running summary has ended, those of a claim in progress included."""
+        while True:
+            async with self._claim_lock:  # a claim in progress spawns its summaries first
+                tasks = list(self._tasks.values())
+            if not tasks:
+                return
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def shutdown(self, grace_seconds: float) -> None:
-        """Stop accepting, give running summaries ``grace_seconds`` to finish, cancel the rest
-        (their rows are failed by the work function, or by a reaper if the DB is gone)."""
+        """Stop claiming, give running summaries ``grace_seconds`` to finish, cancel the rest
+        (the work function gives their rows back to the queue, or a reaper's claim finds their
+        leases expired if the database is gone)."""
         self.accepting = False
+        if self._claimer is not None:
+            self._claimer.cancel()
         if self._tasks:
             logger.info("Waiting up to %.0fs for %d summaries", grace_seconds, len(self._tasks))
             try:
@@ -204,7 +190,8 @@ class SummaryRunner:
                 for task in list(self._tasks.values()):
                     task.cancel()
                 await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
-        if self._maintainer is not None:
-            self._maintainer.cancel()
-            await asyncio.gather(self._maintainer, return_exceptions=True)
-            self._maintainer = None
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops.clear()
+        self._claimer = None

@@ -6,34 +6,62 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 import orjson
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import describe_db_error, is_database_error
-from app.errors import Conflict, NotFound, PayloadTooLarge
+from app import logs, metrics
+from app.db import classify_db_error, describe_db_error, is_database_error
+from app.errors import Conflict, Invalid, NotFound, PayloadTooLarge
+from app.memory import formats
 from app.memory.breaker import CircuitBreaker
-from app.memory.llm import ChatModel
+from app.memory.llm import ChatModel, EmptySummaryError, LLMCallTimeoutError, LLMRequestError
 from app.memory.policies import (
     MemoryPolicy,
     ParameterDefaults,
     PolicyConfig,
     build_policy,
     load_policy,
+    parse_config,
     policy_dump,
+    renderer,
     resolve,
 )
 from app.memory.runner import RUN_LIMIT_MARGIN_SECONDS, SummaryRunner
-from app.memory.types import ConversationState, SummaryJob, SummaryPlan, Trigger
-from app.repositories import conversations, idempotency, memory, messages
+from app.memory.tokens import TokenCounter
+from app.memory.types import ConversationState, MemoryRef, SummaryJob, SummaryPlan, Trigger
+from app.repositories import conversations, idempotency, memory, messages, rounds, work
 from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
+from app.repositories.rounds import Refused
+from app.repositories.work import Locked
+
+# Rounds larger than this (characters of content and tool calls) are counted in a thread.
+COUNT_IN_THREAD_CHARS = 16_384
+
+# The keys a round's tool calls and results may fail on (app.repositories.rounds).
+TOOL_CALL_KEYS = ("pk_tool_calls", "pk_tool_results", "fk_tool_results_conversation_id_tool_calls")
+
+# Due conversations a runner plans at once (each holds a pooled connection while it does).
+CLAIM_PARALLELISM = 8
+
+# How many tenants a runner remembers serving, for its round robin (the least recent is forgotten,
+# which only makes it look never served: first in line).
+SERVED_TENANTS = 10_000
+# How many conversations remember the request id of the round that made their summary due, for
+# the summary's log lines when it runs in this process (work claimed elsewhere is forgotten).
+DUE_REQUESTS = 10_000
+
+# A conversation with no messages and no memory: where a new conversation's wake point comes from.
+EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None, newest=None)
 
 logger = logging.getLogger("app.memory")
 
@@ -51,8 +79,20 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    body: dict[str, Any]
+    """The response body of a stored round (JSON text, built by the database) and whether it is
+    the replay of an earlier request with the same Idempotency-Key."""
+
+    body: str
     replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Retries:
+    """How failed or abandoned summaries are tried again: each conversation's failure streak
+    and each summary's attempts (claims after its runner died) stop at ``max_attempts``."""
+
+    backoff: Backoff
+    max_attempts: int
 
 
 def _memory_started(row: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +112,27 @@ def _memory_started(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def failure_reason(exc: BaseException) -> str:
+    """The class of a summary's failure, for metrics (app.metrics.FAILURE_REASONS)."""
+    if isinstance(exc, LLMCallTimeoutError) or (isinstance(exc, LLMRequestError) and exc.timed_out):
+        return "timeout"
+    if isinstance(exc, LLMRequestError):
+        return "llm_error"
+    if isinstance(exc, EmptySummaryError):
+        return "empty"
+    if is_database_error(exc) or classify_db_error(exc) is not None:
+        return "database"
+    return "error"
+
+
+def _with_started(state: ConversationState, row: dict[str, Any] | None) -> ConversationState:
+    """The state as the policy sees it once ``row`` (just inserted, processing) exists."""
+    if row is None:
+        return state
+    ref = MemoryRef(**{f: row[f] for f in MemoryRef.__dataclass_fields__})
+    return replace(state, newest=ref)
+
+
 class MemoryService:
     def __init__(
         self,
@@ -83,34 +144,50 @@ class MemoryService:
         parameter_defaults: ParameterDefaults,
         summary_max_chars: int,
         limits: Limits,
-        backoff: Backoff,
+        retries: Retries,
         breaker: CircuitBreaker,
         lease_seconds: float,
         idempotency_ttl_hours: float,
         max_concurrent: int,
-        max_pending: int,
+        claim_interval: float,
         maintenance_interval: float,
+        token_counter: TokenCounter,
+        pgbouncer: bool = False,
     ) -> None:
         self.engine = engine
+        # The append is one statement, its own transaction: no BEGIN/COMMIT round trips. Behind
+        # PgBouncer (transaction mode) a statement and its preparation must share a transaction,
+        # or they may reach different server connections: there it runs in one.
+        self.pgbouncer = pgbouncer
+        self.append_engine = engine if pgbouncer else engine.execution_options(isolation_level="AUTOCOMMIT")
         self.read_pool = read_pool
         self.model = model
         self.parameter_defaults = parameter_defaults
         self.default_policy = build_policy(resolve(default_policy, parameter_defaults))
         self.default_policy_json = policy_dump(self.default_policy.config)
+        self.default_wake = self.default_policy.wake(EMPTY)
+        self.counter = token_counter
         self.summary_max_chars = summary_max_chars
         self.limits = limits
-        self.backoff = backoff
+        self.retries = retries
         self.breaker = breaker
         self.lease_seconds = lease_seconds
         self.idempotency_ttl_hours = idempotency_ttl_hours
+        # Tenants this runner gave a slot, least recent first, with when (a counter).
+        self._served: dict[str, int] = {}
+        self._turns = itertools.count()
+        # Conversation -> the request id of the round (or ops request) that last made its summary
+        # due here, oldest first.
+        self._due_requests: dict[str, str] = {}
         self.runner = SummaryRunner(
+            claim=self.claim_work,
             work=self.summarize,
             maintenance=self.maintain,
             max_concurrent=max_concurrent,
-            max_pending=max_pending,
+            claim_interval=claim_interval,
             maintenance_interval=min(maintenance_interval, lease_seconds / 3),
             # Past the model call's own bound a summary can only be wedged: stop renewing its
-            # lease so that any replica's reaper fails it.
+            # lease so that another runner claims it again.
             max_run_seconds=(model.call_timeout_seconds if model is not None else 0.0)
             + RUN_LIMIT_MARGIN_SECONDS,
         )
@@ -144,11 +221,41 @@ class MemoryService:
                 metadata=metadata,
                 memory_policy=policy_dump(policy.config),
                 context=policy.context,
+                wake=policy.wake(EMPTY),
             )
             if row is None:
                 raise Conflict(f"conversation {conversation_id!r} already exists")
             self._check_metadata(row.pop("metadata_bytes"), row.pop("metadata_keys"))
         return row
+
+    async def update_policy(
+        self, *, tenant_id: str, conversation_id: str, memory_policy: PolicyConfig
+    ) -> dict[str, Any]:
+        """New parameters for the conversation's policy (seed 003's updateConfig), merged over the
+        stored ones; from the next round on. Another policy is a 409: the conversation's summaries
+        were made by its own policy's rules, which another cannot continue."""
+        async with self.engine.begin() as conn:
+            locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if locked is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            stored = locked.memory_policy
+            if memory_policy.name != stored["name"]:
+                raise Conflict(
+                    f"the conversation's policy is {stored['name']!r}; switching to {memory_policy.name!r} "
+                    "is not supported, as its summaries follow its own policy's rules: start a new "
+                    "conversation with that policy instead"
+                )
+            given = memory_policy.model_dump(include=memory_policy.model_fields_set)
+            policy = build_policy(parse_config({**stored, **given}))
+            await conversations.update_policy(
+                conn,
+                conversation_id=conversation_id,
+                memory_policy=policy_dump(policy.config),
+                context=policy.context,
+            )
+            found = await conversations.get(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+        assert found is not None  # locked above
+        return found
 
     def _check_metadata(self, size: int, keys: int) -> None:
         """Raised inside the writing transaction, so nothing of the request is stored."""
@@ -174,12 +281,8 @@ class MemoryService:
         metadata: dict[str, Any] | None,
         idempotency_key: str | None,
     ) -> AppendResult:
-        """Store a round atomically, then start a summary when the conversation's policy says so.
-
-        Everything happens in one transaction: the round and its sequence range, the messages,
-        the idempotency record and the 'processing' row commit together or not at all. The task
-        is scheduled only after commit, so it always finds its row.
-        """
+        """Store a round in one statement (app.repositories.rounds) and, when it made a summary
+        due, tell this process's runner; any runner may claim it (the mark is durable)."""
         # (key, hash of the body), computed only when the client sent a key.
         idempotency_pair = (
             None
@@ -188,185 +291,298 @@ class MemoryService:
                 idempotency_key,
                 hashlib.sha256(
                     orjson.dumps(
-                        {"items": [[m.role, m.content, m.metadata] for m in items], "metadata": metadata},
+                        {
+                            "items": [m.as_posted() | {"metadata": m.metadata} for m in items],
+                            "metadata": metadata,
+                        },
                         option=orjson.OPT_SORT_KEYS,
                     )
                 ).hexdigest(),
             )
         )
-        async with self.engine.begin() as conn:
-            allocated = await conversations.allocate_round(
-                conn,
-                conversation_id=conversation_id,
-                tenant_id=tenant_id,
-                count=len(items),
-                metadata=metadata,
-                default_policy=self.default_policy_json,
-                default_context=self.default_policy.context,
-            )
-            if allocated is None:
+        counted = (
+            # Counting a large round takes milliseconds: off the event loop (tiktoken releases
+            # the GIL), so other requests are not held up.
+            await asyncio.to_thread(self._count, items)
+            if sum(m.size for m in items) > COUNT_IN_THREAD_CHARS
+            else self._count(items)
+        )
+        params = rounds.append_params(
+            conversation_id=conversation_id,
+            tenant_id=tenant_id,
+            items=counted,
+            metadata=metadata,
+            idempotency=idempotency_pair,
+            default_policy=self.default_policy_json,
+            default_context=self.default_policy.context,
+            default_wake=self.default_wake,
+            max_metadata_bytes=self.limits.max_metadata_bytes,
+            max_metadata_keys=self.limits.max_metadata_keys,
+        )
+        # A concurrent request with the same new Idempotency-Key makes one of the two statements
+        # fail on the key's primary key; run again, it finds the other's response.
+        for attempt in (1, 2):
+            try:
+                async with self.append_engine.begin() as conn:
+                    outcome = await rounds.append(conn, params)
+                break
+            except IntegrityError as exc:
+                constraint = str(exc.orig)
+                if any(name in constraint for name in TOOL_CALL_KEYS):
+                    await self._refuse_tool_calls(conversation_id, counted)
+                if attempt == 2 or "pk_idempotency_keys" not in constraint:
+                    raise
+        if isinstance(outcome, Refused):
+            if outcome.foreign:
                 raise NotFound(f"conversation {conversation_id!r} not found")
-            self._check_metadata(allocated.metadata_bytes, allocated.metadata_keys)
-            if idempotency_pair is not None:
-                stored = await idempotency.get(conn, conversation_id=conversation_id, key=idempotency_pair[0])
-                if stored is not None:
-                    await conn.rollback()  # give back the round and sequence range reserved above
-                    if stored["request_hash"] != idempotency_pair[1]:
-                        raise Conflict("Idempotency-Key was already used with a different request body")
-                    return AppendResult(body=stored["response"], replayed=True)
-            stored_messages = await messages.insert_round(
-                conn,
-                conversation_id=conversation_id,
-                round=allocated.round,
-                first_sequence=allocated.first_sequence,
-                items=items,
-            )
-            _, _, plan = await self._plan(
-                conn,
-                conversation_id=conversation_id,
-                stored_policy=allocated.memory_policy,
-                last_sequence=allocated.first_sequence + len(items) - 1,
-                last_round=allocated.round,
-                trigger=Trigger.ROUND_END,
-            )
-            started = await self._start(
-                conn,
-                tenant_id=tenant_id,
-                conversation_id=conversation_id,
-                plan=plan,
-                backing_off=allocated.backing_off,
-            )
-            body = {
-                "conversation_id": conversation_id,
-                "created": allocated.created,
-                "round": allocated.round,
-                "messages": stored_messages,
-                "memory": None if started is None else _memory_started(started),
-            }
-            if idempotency_pair is not None:
-                await idempotency.put(
-                    conn,
-                    conversation_id=conversation_id,
-                    key=idempotency_pair[0],
-                    request_hash=idempotency_pair[1],
-                    response=body,
+            leading = rounds.leading_results(items)
+            if outcome.open_calls > leading:
+                raise Invalid(
+                    f"the conversation's last {outcome.open_calls} tool call(s) have no result yet: "
+                    f"this round must start with a tool message answering each (it starts with {leading})",
+                    loc=["body", "messages", leading],
                 )
-        if started is not None:
-            self.runner.submit(started["memory_id"], tenant_id)
-        return AppendResult(body=body, replayed=False)
+            self._check_metadata(outcome.metadata_bytes, outcome.metadata_keys)
+            raise Conflict("the conversation changed while the round was stored; retry the request")
+        if outcome.outcome == "key_reused":
+            raise Conflict("Idempotency-Key was already used with a different request body")
+        if outcome.summary_due:
+            self._remember_request(conversation_id)
+            self.runner.poke()
+        return AppendResult(body=outcome.body, replayed=outcome.outcome == "replayed")
+
+    def _count(self, items: Sequence[NewMessage]) -> list[NewMessage]:
+        return [replace(m, tokens=self.counter.message(m.as_posted())) for m in items]
+
+    async def _refuse_tool_calls(self, conversation_id: str, items: Sequence[NewMessage]) -> None:
+        """The round failed on a key of tool_calls or tool_results: say which call id, where."""
+        async with self.engine.connect() as conn:
+            problems = await rounds.tool_call_problems(
+                conn,
+                conversation_id=conversation_id,
+                made=[call["id"] for m in items for call in m.tool_calls or ()],
+                answers=[m.tool_call_id for m in items if m.tool_call_id is not None],
+            )
+        for index, message in enumerate(items):
+            for position, call in enumerate(message.tool_calls or ()):
+                if call["id"] in problems.reused:
+                    raise Invalid(
+                        f"tool call id {call['id']!r} is already used in this conversation",
+                        loc=["body", "messages", index, "tool_calls", position, "id"],
+                    )
+            answer = message.tool_call_id
+            if answer in problems.unknown:
+                raise Invalid(
+                    f"tool_call_id {answer!r} matches no earlier tool call of this conversation",
+                    loc=["body", "messages", index, "tool_call_id"],
+                )
+            if answer in problems.answered:
+                raise Invalid(
+                    f"tool call {answer!r} already has its result",
+                    loc=["body", "messages", index, "tool_call_id"],
+                )
+        # The keys say otherwise, but the diagnosis found nothing: a concurrent round changed it.
+        raise Conflict("the conversation's tool calls changed while the round was stored; retry the request")
+
+    # ---- planning -----------------------------------------------------------------------
 
     async def _plan(
-        self,
-        conn: AsyncConnection,
-        *,
-        conversation_id: str,
-        stored_policy: dict[str, Any],
-        last_sequence: int,
-        last_round: int,
-        trigger: Trigger,
+        self, conn: AsyncConnection, *, conversation_id: str, locked: Locked, trigger: Trigger
     ) -> tuple[MemoryPolicy, ConversationState, SummaryPlan | None]:
         """Ask the conversation's policy which summary is due, given what it observes now."""
-        policy = load_policy(stored_policy)
-        state = await self._observe(
-            conn,
-            conversation_id=conversation_id,
-            policy=policy,
-            last_sequence=last_sequence,
-            last_round=last_round,
-        )
-        return policy, state, policy.plan(state, trigger)
-
-    async def _observe(
-        self,
-        conn: AsyncConnection,
-        *,
-        conversation_id: str,
-        policy: MemoryPolicy,
-        last_sequence: int,
-        last_round: int,
-    ) -> ConversationState:
-        """What the policy may see, read in the caller's transaction."""
+        policy = load_policy(locked.memory_policy)
         latest, newest = await memory.newest_refs(conn, conversation_id=conversation_id)
         starts = (
             await messages.round_starts(
                 conn,
                 conversation_id=conversation_id,
                 lookback=policy.lookback_messages,
-                last_sequence=last_sequence,
+                last_sequence=locked.last_sequence,
             )
-            if policy.lookback_messages > 0
+            if policy.lookback_messages > 0 and locked.last_sequence >= 0
             else ()
         )
-        return ConversationState(
-            last_sequence=last_sequence,
-            last_round=last_round,
+        state = ConversationState(
+            last_sequence=locked.last_sequence,
+            last_round=locked.last_round,
             latest_completed=latest,
             newest=newest,
             round_starts=starts,
+            open_calls=locked.open_calls,
+            total_tokens=locked.total_tokens,
+            covered_tokens=0
+            if latest is None
+            else await memory.covered_tokens(
+                conn, conversation_id=conversation_id, end_sequence=latest.end_sequence
+            ),
+            shown=await memory.shown(conn, conversation_id=conversation_id, limit=policy.context.summaries),
         )
-
-    async def _start(
-        self,
-        conn: AsyncConnection,
-        *,
-        tenant_id: str,
-        conversation_id: str,
-        plan: SummaryPlan | None,
-        backing_off: bool,
-    ) -> dict[str, Any] | None:
-        """Insert the plan's 'processing' row (to submit after commit), unless there is no plan,
-        the conversation is backing off after failures, the model's circuit is open, the runner
-        is full, or another summary of the conversation is processing."""
-        if plan is None:
-            logger.debug("No new messages to summarize for %s", conversation_id)
-            return None
-        if backing_off:
-            logger.debug("Summaries of %s are backing off after failures", conversation_id)
-            return None
-        if self.model is not None and not self.breaker.allow():
-            logger.debug("The model's circuit is open; not starting a summary for %s", conversation_id)
-            return None
-        if not self.runner.has_capacity(tenant_id):
-            logger.warning(
-                "Summary queue full (%d running, %d waiting); not starting one for %s",
-                self.runner.running,
-                self.runner.waiting,
-                conversation_id,
+        after = policy.boundary_after(state)
+        if after is not None:
+            found = await messages.boundaries_after(
+                conn, conversation_id=conversation_id, after_round=after, limit=1
             )
-            return None
-        row = await memory.insert_processing(
-            conn, conversation_id=conversation_id, plan=plan, lease_seconds=self.lease_seconds
+            state = replace(state, next_boundary=found[0] if found else None)
+        return policy, state, policy.plan(state, trigger)
+
+    async def _plan_and_start(
+        self, conn: AsyncConnection, *, conversation_id: str, locked: Locked, trigger: Trigger, own: bool
+    ) -> dict[str, Any] | None:
+        """Plan under the conversation's row lock; insert the plan's 'processing' row (owned by
+        this runner with ``own``, else queued for any) and store the policy's next wake point.
+        When a summary is already processing, the due mark stays for its completion to see."""
+        policy, state, plan = await self._plan(
+            conn, conversation_id=conversation_id, locked=locked, trigger=trigger
         )
-        if row is None:
-            logger.debug("Summarization already in progress for %s", conversation_id)
+        row = None
+        if plan is not None:
+            row = await memory.insert_processing(
+                conn,
+                conversation_id=conversation_id,
+                plan=plan,
+                lease_seconds=self.lease_seconds if own else None,
+            )
+            if row is None:
+                logger.debug("Summarization already in progress for %s", conversation_id)
+                return None
+        else:
+            logger.debug("No new messages to summarize for %s", conversation_id)
+        await work.settle(conn, conversation_id=conversation_id, wake=policy.wake(_with_started(state, row)))
         return row
+
+    # ---- claiming work (any replica or worker) ----------------------------------------
+
+    async def claim_work(self, limit: int) -> list[int]:
+        """Claim up to ``limit`` pieces of due work in the fair order and return the memory ids
+        this runner now owns. Nothing is claimed while the model's circuit is open: the work
+        stays due, and the first claim after the pause is the circuit's trial."""
+        if self.model is not None and not self.breaker.allow():
+            return []
+        async with self.engine.connect() as conn:
+            found = await work.candidates(
+                conn,
+                limit=limit,
+                max_attempts=self.retries.max_attempts,
+                backoff=self.retries.backoff,
+                served=self._served,
+            )
+        running_here = set(self.runner.owned())
+        # Queued and abandoned rows: one conditional update claims them all.
+        rows = [c for c in found if c.memory_id is not None and c.memory_id not in running_here]
+        claimed: list[int] = []
+        if rows:
+            async with self.engine.begin() as conn:
+                owned = await work.claim_rows(
+                    conn,
+                    memory_ids=[c.memory_id for c in rows if c.memory_id is not None],
+                    lease_seconds=self.lease_seconds,
+                    max_attempts=self.retries.max_attempts,
+                    backoff=self.retries.backoff,
+                )
+            for candidate in rows:
+                if candidate.memory_id in owned:
+                    claimed.append(candidate.memory_id)
+                    self._serve(candidate.tenant_id)
+        # Due conversations: each planned in its own short transaction, a few at a time.
+        due = [c for c in found if c.memory_id is None]
+        gate = asyncio.Semaphore(CLAIM_PARALLELISM)
+
+        async def plan(candidate: work.Candidate) -> None:
+            async with gate, self.engine.begin() as conn:
+                locked = await work.lock_due(conn, conversation_id=candidate.conversation_id)
+                if locked is None:
+                    return
+                row = await self._plan_and_start(
+                    conn,
+                    conversation_id=candidate.conversation_id,
+                    locked=locked,
+                    trigger=Trigger.ROUND_END,
+                    own=True,
+                )
+            if row is not None:
+                claimed.append(row["memory_id"])
+                self._serve(candidate.tenant_id)
+
+        await asyncio.gather(*(plan(c) for c in due))
+        return claimed
+
+    def _remember_request(self, conversation_id: str) -> None:
+        """Note the request id of the request being served as the one that made the
+        conversation's summary due, for that summary's log lines if it runs here."""
+        request_id = logs.request_id()
+        if request_id is None:
+            return
+        self._due_requests.pop(conversation_id, None)
+        self._due_requests[conversation_id] = request_id
+        if len(self._due_requests) > DUE_REQUESTS:
+            del self._due_requests[next(iter(self._due_requests))]
+
+    def _serve(self, tenant_id: str) -> None:
+        """Record that this runner just gave ``tenant_id`` a slot (for the round robin),
+        remembering the most recent SERVED_TENANTS tenants."""
+        self._served.pop(tenant_id, None)
+        self._served[tenant_id] = next(self._turns)
+        if len(self._served) > SERVED_TENANTS:
+            del self._served[next(iter(self._served))]
 
     # ---- background summary -------------------------------------------------------------
 
     async def summarize(self, memory_id: int) -> None:
-        """Seed 004's do_summarization, for a row of any policy; never raises."""
+        """Seed 004's do_summarization, for a row this runner owns, of any policy; never raises.
+        Its log lines carry the memory and conversation ids, and the id of the request that made
+        it due when that request came to this process."""
+        token = logs.bind(memory_id=memory_id)
+        try:
+            await self._summarize(memory_id)
+        finally:
+            logs.unbind(token)
+
+    async def _summarize(self, memory_id: int) -> None:
         started = time.perf_counter()
+        attempt = 0
+        policy_name = metrics.UNKNOWN_POLICY
         try:
             async with self.engine.connect() as conn:
                 row = await memory.get(conn, memory_id=memory_id)
                 if row is None or row["status"] != "processing":
                     return  # deleted with its conversation, or reaped meanwhile
+                attempt = row["attempts"]
                 conversation_id = row["conversation_id"]
                 position = await conversations.position(conn, conversation_id=conversation_id)
                 if position is None:
                     return  # deleted meanwhile
+                policy_name = str(position.memory_policy.get("name", metrics.UNKNOWN_POLICY))
+                logs.bind(conversation_id=conversation_id)
+                if request_id := self._due_requests.pop(conversation_id, None):
+                    logs.bind(request_id=request_id)
+                metrics.SUMMARIES_STARTED.labels(policy_name).inc()
                 base = (
                     await memory.get(conn, memory_id=row["base_memory_id"])
                     if row["base_memory_id"] is not None
                     else None
                 )
-                new_messages = await messages.between(
-                    conn,
-                    conversation_id=conversation_id,
-                    start=row["input_start_sequence"],
-                    end=row["end_sequence"],
+                policy = load_policy(position.memory_policy)
+                folds = policy.reads_summaries(row["kind"])
+                new_messages = (
+                    []
+                    if folds
+                    else await messages.between(
+                        conn,
+                        conversation_id=conversation_id,
+                        start=row["input_start_sequence"],
+                        end=row["end_sequence"],
+                    )
                 )
-            policy = load_policy(position.memory_policy)
+                summaries = (
+                    await memory.folded(
+                        conn,
+                        conversation_id=conversation_id,
+                        start=row["start_sequence"],
+                        end=row["end_sequence"],
+                    )
+                    if folds
+                    else []
+                )
             job = SummaryJob(
                 memory_id=memory_id,
                 conversation_id=conversation_id,
@@ -379,6 +595,8 @@ class MemoryService:
                 base_end_sequence=base["end_sequence"] if base else None,
                 messages=tuple(new_messages),
                 max_chars=self.summary_max_chars,
+                input_tokens=row["input_tokens"],
+                summaries=tuple(summaries),
             )
             if base is not None and row["start_sequence"] > 0:
                 logger.info(
@@ -394,13 +612,19 @@ class MemoryService:
                     raise
                 self.breaker.record_success()
             if not text.strip():
-                raise ValueError("the summarizer returned an empty summary")
-            elapsed_ms = int((time.perf_counter() - started) * 1000)
+                raise EmptySummaryError("the summarizer returned an empty summary")
+            elapsed = time.perf_counter() - started
+            elapsed_ms = int(elapsed * 1000)
             async with self.engine.begin() as conn:
-                done = await memory.complete(
-                    conn, memory_id=memory_id, memory_text=text, generation_time_ms=elapsed_ms
+                lags = await memory.complete(
+                    conn,
+                    memory_id=memory_id,
+                    attempt=attempt,
+                    memory_text=text,
+                    tokens=self.counter.count(text),
+                    generation_time_ms=elapsed_ms,
                 )
-            if done:
+            if lags is not None:
                 logger.info(
                     "Summarized messages %d-%d for %s in %dms",
                     row["start_sequence"],
@@ -409,91 +633,191 @@ class MemoryService:
                     elapsed_ms,
                 )
                 logger.debug("Memory %d status updated to completed", memory_id)
+                metrics.SUMMARIES_COMPLETED.labels(policy_name).inc()
+                metrics.SUMMARY_GENERATION_SECONDS.labels(policy_name).observe(elapsed)
+                lag_histogram = metrics.SUMMARY_LAG_SECONDS.labels(policy_name)
+                for lag in lags:
+                    lag_histogram.observe(lag)
                 await self._after_completion(conversation_id)
             else:
-                logger.info("Memory %d was reaped or deleted meanwhile; result dropped", memory_id)
+                logger.info("Memory %d was reaped, reclaimed or deleted meanwhile; result dropped", memory_id)
+                metrics.SUMMARIES_FAILED.labels(policy_name, "superseded").inc()
         except asyncio.CancelledError:
-            # Not the conversation's fault: its failure streak is left alone.
-            await self._mark_failed(memory_id, "interrupted by shutdown", started, backoff=None)
+            # Shutting down: not the summary's fault. Give the row back for another runner.
+            metrics.SUMMARIES_FAILED.labels(policy_name, "shutdown_requeued").inc()
+            await self._release(memory_id, attempt)
             raise
         except Exception as exc:
             # A database error's message may quote parameter values (message content).
             reason = describe_db_error(exc) if is_database_error(exc) else f"{type(exc).__name__}: {exc}"
             logger.warning("Summary %d failed: %s", memory_id, reason)
-            await self._mark_failed(memory_id, reason, started, backoff=self.backoff)
+            metrics.SUMMARIES_FAILED.labels(policy_name, failure_reason(exc)).inc()
+            await self._mark_failed(memory_id, attempt, reason, started)
 
     async def _after_completion(self, conversation_id: str) -> None:
         """Ask the policy again now that a summary completed (trigger 'completed'): rounds stored
-        while it ran would otherwise wait for the next POST (a block boundary passed meanwhile,
-        or a sliding window with catch-up on)."""
+        while it ran are covered by one next summary, queued at once (a block boundary passed
+        meanwhile, or a sliding window with catch-up on); otherwise the due mark is cleared and
+        the next wake point set."""
         async with self.engine.begin() as conn:
-            position = await conversations.position(conn, conversation_id=conversation_id)
-            if position is None or position.last_sequence < 0:
+            locked = await work.lock(conn, conversation_id=conversation_id)
+            if locked is None or locked.last_sequence < 0:
                 return
-            _, _, plan = await self._plan(
-                conn,
-                conversation_id=conversation_id,
-                stored_policy=position.memory_policy,
-                last_sequence=position.last_sequence,
-                last_round=position.last_round,
-                trigger=Trigger.COMPLETED,
+            row = await self._plan_and_start(
+                conn, conversation_id=conversation_id, locked=locked, trigger=Trigger.COMPLETED, own=False
             )
-            started = await self._start(
-                conn,
-                tenant_id=position.tenant_id,
-                conversation_id=conversation_id,
-                plan=plan,
-                backing_off=position.backing_off,
-            )
-        if started is not None:
-            self.runner.submit(started["memory_id"], position.tenant_id)
+        if row is not None:
+            self.runner.poke()
 
-    async def _mark_failed(
-        self, memory_id: int, reason: str, started: float, *, backoff: Backoff | None
-    ) -> None:
+    async def _release(self, memory_id: int, attempt: int) -> None:
+        try:
+            async with self.engine.begin() as conn:
+                if await memory.release(conn, memory_id=memory_id, attempt=attempt):
+                    logger.info("Memory %d given back to the queue (shutting down)", memory_id)
+        except Exception:
+            logger.warning(
+                "Could not give memory %d back; its lease expires and another runner claims it", memory_id
+            )
+
+    async def _mark_failed(self, memory_id: int, attempt: int, reason: str, started: float) -> None:
         elapsed_ms = int((time.perf_counter() - started) * 1000)
         try:
             async with self.engine.begin() as conn:
                 if await memory.fail(
-                    conn, memory_id=memory_id, error=reason, generation_time_ms=elapsed_ms, backoff=backoff
+                    conn,
+                    memory_id=memory_id,
+                    attempt=attempt,
+                    error=reason,
+                    generation_time_ms=elapsed_ms,
+                    backoff=self.retries.backoff,
+                    max_attempts=self.retries.max_attempts,
                 ):
                     logger.debug("Memory %d status updated to failed", memory_id)
         except Exception:
-            # The database is unreachable: the lease expires and a reaper fails the row.
-            logger.warning("Could not mark memory %d failed; leaving it to the reaper", memory_id)
+            # The database is unreachable: the lease expires and another runner claims the row.
+            logger.warning("Could not mark memory %d failed; its lease expires instead", memory_id)
 
     async def maintain(self, owned: list[int]) -> None:
-        """Renew the leases of our rows, fail rows whose worker died, expire idempotency keys."""
+        """Renew the leases of our rows, fail rows whose runners died on every attempt, expire
+        idempotency keys."""
         async with self.engine.begin() as conn:
             if owned:
                 await memory.renew_leases(conn, memory_ids=owned, lease_seconds=self.lease_seconds)
-            for row in await memory.reap_expired(conn, backoff=self.backoff):
-                logger.warning(
-                    "Reaped memory %d (%d-%d) of %s: lease expired",
-                    row["memory_id"],
-                    row["start_sequence"],
-                    row["end_sequence"],
-                    row["conversation_id"],
-                )
+            for row in await memory.reap_expired(
+                conn, backoff=self.retries.backoff, max_attempts=self.retries.max_attempts
+            ):
+                with logs.bound(memory_id=row["memory_id"], conversation_id=row["conversation_id"]):
+                    logger.warning(
+                        "Reaped memory %d (%d-%d) of %s: lease expired on all %d attempts",
+                        row["memory_id"],
+                        row["start_sequence"],
+                        row["end_sequence"],
+                        row["conversation_id"],
+                        row["attempts"],
+                    )
+                policy_name = row["policy"] or metrics.UNKNOWN_POLICY
+                metrics.SUMMARIES_FAILED.labels(policy_name, "lease_expired").inc()
             await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
+
+    async def drain(self) -> None:
+        """Run until no work is due now and nothing runs here (tests, benchmarks, a worker's
+        --drain): claim, wait for what was claimed, and look again."""
+        while True:
+            claimed = await self.runner.claim_now()
+            await self.runner.wait_idle()
+            if claimed:
+                continue
+            async with self.engine.connect() as conn:
+                found = await work.candidates(
+                    conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
+                )
+            if not found and self.runner.idle:
+                return
+            if found:
+                # Due, but not claimable by us right now (the model's circuit is open, or another
+                # runner holds it): look again shortly.
+                await asyncio.sleep(0.05)
 
     # ---- read path ----------------------------------------------------------------------
 
-    async def get_context_json(self, *, tenant_id: str, conversation_id: str) -> str:
+    async def get_context_json(
+        self,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        max_tokens: int | None = None,
+        context_window: int | None = None,
+    ) -> str:
         """The summaries the policy shows plus the raw part, as the response's JSON text; never
-        waits on a summary."""
+        waits on a summary. A conversation never written to (or another tenant's) reads as an
+        empty one, so an agent's first round needs no special case."""
         found = await memory.context_json(
             self.read_pool,
             conversation_id=conversation_id,
             tenant_id=tenant_id,
             max_messages=self.limits.max_context_messages,
             max_bytes=self.limits.max_context_bytes,
+            max_tokens=max_tokens,
+            context_window=context_window,
+            in_transaction=self.pgbouncer,
         )
-        if found is None:
-            raise NotFound(f"conversation {conversation_id!r} not found")
-        return found
+        if found is not None:
+            return found
+        return orjson.dumps(self._empty_context(conversation_id, context_window)).decode()
 
-    async def list_memories(self, *, tenant_id: str, conversation_id: str) -> list[dict[str, Any]]:
+    def _empty_context(self, conversation_id: str, context_window: int | None) -> dict[str, Any]:
+        """The context of a conversation with no messages yet (same shape as the read's)."""
+        return {
+            "conversation_id": conversation_id,
+            "policy": self.default_policy_json["name"],
+            "summaries": [],
+            "memory": None,
+            "messages": [],
+            "truncated": False,
+            "omitted_messages": None,
+            "processing": None,
+            "summary_backoff": None,
+            "last_sequence": None,
+            "tokens": {"summaries": 0, "messages": 0, "total": 0},
+            "context_window": None
+            if context_window is None
+            else {"tokens": context_window, "used_percent": 0.0},
+            "memory_lag_messages": 0,
+        }
+
+    async def get_context(
+        self,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        format: str,
+        max_tokens: int | None,
+        context_window: int | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The context in ``format`` (json, text, markdown, openai, anthropic) and what it holds
+        (its JSON form). A rendering the provider would refuse is a 409 naming why."""
+        body = await self.get_context_json(
+            tenant_id=tenant_id,
+            conversation_id=conversation_id,
+            max_tokens=max_tokens,
+            context_window=context_window,
+        )
+        context: dict[str, Any] = orjson.loads(body)
+        if format == "json":
+            return body, context
+        policy = renderer(context["policy"])
+        try:
+            rendered = {
+                "text": lambda: policy.render_text(context),
+                "markdown": lambda: policy.render_markdown(context),
+                "openai": lambda: orjson.dumps(formats.to_openai(context)).decode(),
+                "anthropic": lambda: orjson.dumps(formats.to_anthropic(context)).decode(),
+            }[format]()
+        except formats.Unrenderable as exc:
+            raise Conflict(f"the context cannot be rendered for {format}: {exc}") from None
+        return rendered, context
+
+    async def list_memories(self, *, tenant_id: str | None, conversation_id: str) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             await self._require(conn, tenant_id=tenant_id, conversation_id=conversation_id)
             return await memory.chain(conn, conversation_id=conversation_id)
@@ -533,52 +857,43 @@ class MemoryService:
             if not await conversations.delete(conn, conversation_id=conversation_id, tenant_id=tenant_id):
                 raise NotFound(f"conversation {conversation_id!r} not found")
 
-    async def _require(self, conn: AsyncConnection, *, tenant_id: str, conversation_id: str) -> None:
+    async def _require(self, conn: AsyncConnection, *, tenant_id: str | None, conversation_id: str) -> None:
         if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):
             raise NotFound(f"conversation {conversation_id!r} not found")
 
-    # ---- ops ----------------------------------------------------------------------------
+    # ---- ops (``tenant_id`` None: every tenant, for the admin key) -------------------------
 
-    async def summarize_now(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
-        """Start the summary the policy makes on request (trigger 'manual'): for the sliding
+    async def summarize_now(self, *, tenant_id: str | None, conversation_id: str) -> dict[str, Any]:
+        """Queue the summary the policy makes on request (trigger 'manual'): for the sliding
         window, the window ending at the newest message whatever the threshold says. 409 when one
-        is already running or the policy has nothing to summarize."""
+        is already processing or the policy has nothing to summarize."""
         async with self.engine.begin() as conn:
-            position = await conversations.position(
-                conn, conversation_id=conversation_id, tenant_id=tenant_id
-            )
-            if position is None:
+            locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if locked is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
-            if position.last_sequence < 0:
+            if locked.last_sequence < 0:
                 raise Conflict("nothing to summarize: the conversation has no messages")
             policy, state, plan = await self._plan(
-                conn,
-                conversation_id=conversation_id,
-                stored_policy=position.memory_policy,
-                last_sequence=position.last_sequence,
-                last_round=position.last_round,
-                trigger=Trigger.MANUAL,
+                conn, conversation_id=conversation_id, locked=locked, trigger=Trigger.MANUAL
             )
             if plan is None:
                 raise Conflict(policy.nothing_due(state))
-            if not self.runner.has_capacity(tenant_id):
-                raise Conflict("the summary queue is full; try again later")
             row = await memory.insert_processing(
-                conn, conversation_id=conversation_id, plan=plan, lease_seconds=self.lease_seconds
+                conn, conversation_id=conversation_id, plan=plan, lease_seconds=None
             )
             if row is None:
                 raise Conflict("a summary is already processing for this conversation")
-        self.runner.submit(row["memory_id"], tenant_id)
+            await work.settle(
+                conn, conversation_id=conversation_id, wake=policy.wake(_with_started(state, row))
+            )
+        self._remember_request(conversation_id)
+        self.runner.poke()
         return _memory_started(row)
 
-    async def retry_memory(self, *, tenant_id: str, memory_id: int) -> dict[str, Any]:
-        """Run a failed memory again (same window and base)."""
-        if not self.runner.has_capacity(tenant_id):
-            raise Conflict("the summary queue is full; try again later")
+    async def retry_memory(self, *, tenant_id: str | None, memory_id: int) -> dict[str, Any]:
+        """Queue a failed memory again (same window and base)."""
         async with self.engine.begin() as conn:
-            row = await memory.restart_failed(
-                conn, memory_id=memory_id, tenant_id=tenant_id, lease_seconds=self.lease_seconds
-            )
+            row = await memory.restart_failed(conn, memory_id=memory_id, tenant_id=tenant_id)
         if row is None:
             raise NotFound(f"memory {memory_id} not found")
         if row == "busy":
@@ -586,25 +901,39 @@ class MemoryService:
         if isinstance(row, str):
             raise Conflict(f"memory {memory_id} is {row}; only failed memories can be retried")
         assert isinstance(row, dict)
-        self.runner.submit(row["memory_id"], tenant_id)
+        self._remember_request(row["conversation_id"])
+        self.runner.poke()
         return _memory_started(row)
 
-    async def stuck(self, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:
+    async def work_totals(self, *, stuck_after_seconds: float) -> dict[str, Any]:
+        """Every tenant's work, for /metrics (app.repositories.work.totals)."""
+        async with self.engine.begin() as conn:
+            return await work.totals(conn, stuck_after_seconds=stuck_after_seconds)
+
+    async def summary_load(self, *, tenant_id: str) -> dict[str, Any]:
+        async with self.engine.connect() as conn:
+            return await work.tenant_load(conn, tenant_id=tenant_id)
+
+    async def summary_loads_by_tenant(self) -> list[dict[str, Any]]:
+        async with self.engine.connect() as conn:
+            return await work.loads_by_tenant(conn)
+
+    async def stuck(self, *, tenant_id: str | None, older_than_seconds: float) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await memory.stuck(conn, tenant_id=tenant_id, older_than_seconds=older_than_seconds)
 
-    async def failing_conversations(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    async def failing_conversations(self, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await conversations.failing(conn, tenant_id=tenant_id, limit=limit)
 
-    async def failures(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    async def failures(self, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await memory.failures(conn, tenant_id=tenant_id, limit=limit)
 
-    async def window_progression(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    async def window_progression(self, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await memory.window_progression(conn, tenant_id=tenant_id, limit=limit)
 
-    async def generation_stats(self, *, tenant_id: str) -> dict[str, Any]:
+    async def generation_stats(self, *, tenant_id: str | None) -> dict[str, Any]:
         async with self.engine.connect() as conn:
             return await memory.generation_stats(conn, tenant_id=tenant_id)

@@ -19,7 +19,7 @@ Content = str | dict[str, Any] | list[Any]
 class Trigger(StrEnum):
     """Why a policy is asked whether a summary is due."""
 
-    ROUND_END = "round_end"  # a POST of messages (one round) was stored
+    ROUND_END = "round_end"  # rounds reached the policy's wake point (a runner claimed it)
     COMPLETED = "completed"  # a summary of the conversation just completed
     MANUAL = "manual"  # an operator asked for a summary now (POST /ops/.../summarize)
 
@@ -35,6 +35,7 @@ class MemoryRef:
     end_sequence: int
     start_round: int
     end_round: int
+    tokens: int = 0  # of its text (0 until it completes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,10 @@ class ConversationState:
     """What a policy may see when it plans.
 
     ``round_starts`` maps each round that starts within the last ``policy.lookback_messages``
-    messages to its first sequence (oldest first); a policy that needs no round boundaries sets
-    a lookback of 0 and gets an empty tuple.
+    messages at a boundary to its first sequence (oldest first); a policy that needs none sets a
+    lookback of 0 and gets an empty tuple. A boundary is the start of a round before which no
+    tool call waits for a result: the only places a window may start or end, so no summary and
+    no context separates an assistant's tool calls from their results.
     """
 
     last_sequence: int
@@ -51,6 +54,17 @@ class ConversationState:
     latest_completed: MemoryRef | None
     newest: MemoryRef | None  # the row with the newest range, whatever its status
     round_starts: tuple[tuple[int, int], ...] = ()
+    # Tool calls the last round left waiting for their results (the next round starts with them).
+    open_calls: int = 0
+    # The first boundary (round, first sequence) after the round the policy asked about
+    # (policy.boundary_after), or None when there is none yet.
+    next_boundary: tuple[int, int] | None = None
+    # Tokens of every message, and of the messages up to the latest completed summary's end.
+    total_tokens: int = 0
+    covered_tokens: int = 0
+    # The completed summaries the context shows, newest first (each ending before the next
+    # one's start), at most the policy's context.summaries of them.
+    shown: tuple[MemoryRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,21 @@ class SummaryPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Wake:
+    """When a policy next wants to be asked (trigger 'round_end'): once the conversation's last
+    round reaches ``round`` and its last sequence reaches ``sequence``, or its tokens reach
+    ``tokens``. It may be early (the
+    plan then finds nothing due and a new wake is set), never late: a round for which the
+    policy would plan a summary always reaches it. Stored with the conversation, so a POST
+    decides whether a summary became due in the statement that stores the round."""
+
+    round: int
+    sequence: int
+    # Or, whatever the rounds, once the conversation's tokens reach this (None: never).
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ContextSpec:
     """What a policy's context shows: the newest ``summaries`` completed summaries, and at least
     the messages of the last ``recent_rounds`` rounds (always every message after the newest
@@ -85,17 +114,31 @@ class ContextSpec:
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A stored message as a summarizer sees it: a chat message with its entry type (seed 003:
+    message, tool_call, tool_result, context)."""
+
     sequence: int
     round: int
     role: str
-    content: Content
+    content: Content | None
+    kind: str = "message"
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
     @property
     def text(self) -> str:
-        """The content as a summarizer sees it: strings as they are, JSON compactly."""
+        """The content as a summarizer sees it: strings as they are, JSON compactly, and each
+        tool call as ``[calls name(arguments)]``."""
+        parts = []
         if isinstance(self.content, str):
-            return self.content
-        return json.dumps(self.content, ensure_ascii=False, separators=(",", ":"))
+            parts.append(self.content)
+        elif self.content is not None:
+            parts.append(json.dumps(self.content, ensure_ascii=False, separators=(",", ":")))
+        for call in self.tool_calls or ():
+            function = call.get("function") or {}
+            parts.append(f"[calls {function.get('name')}({function.get('arguments')})]")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +156,11 @@ class SummaryJob:
     base_end_sequence: int | None
     messages: tuple[Message, ...]
     max_chars: int
+    # The tokens of the entries the summary covers.
+    input_tokens: int = 0
+    # For a summary of summaries (policy.reads_summaries(kind)): the completed summaries it
+    # folds, oldest first, as (first sequence, last sequence, text); it gets no messages.
+    summaries: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,86 +9,8 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.memory.types import ContextSpec
-
-_ALLOCATE = text(
-    """
-    INSERT INTO conversations AS c (conversation_id, tenant_id, metadata, next_sequence, next_round,
-                                    memory_policy, context_summaries, context_recent_rounds)
-    VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb), :count, 1,
-            CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds)
-    ON CONFLICT (conversation_id) DO UPDATE
-        SET next_sequence = c.next_sequence + :count,
-            next_round = c.next_round + 1,
-            metadata = c.metadata || CAST(:metadata AS jsonb)
-        WHERE c.tenant_id = :tenant_id
-    RETURNING c.next_sequence - :count AS first_sequence, c.next_round - 1 AS round,
-              (xmax = 0) AS created, c.memory_policy,
-              coalesce(c.summary_retry_at > now(), false) AS backing_off,
-              octet_length(c.metadata::text) AS metadata_bytes,
-              (SELECT count(*) FROM jsonb_object_keys(c.metadata)) AS metadata_keys
-    """
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Allocated:
-    """The range a round got: its first sequence, its round number, whether the request created
-    the conversation, the conversation's stored policy, whether its summaries are backing off
-    after failures, and the size of its metadata after the merge."""
-
-    first_sequence: int
-    round: int
-    created: bool
-    memory_policy: dict[str, Any]
-    backing_off: bool
-    metadata_bytes: int
-    metadata_keys: int
-
-
-async def allocate_round(
-    conn: AsyncConnection,
-    *,
-    conversation_id: str,
-    tenant_id: str,
-    count: int,
-    metadata: dict[str, Any] | None,
-    default_policy: dict[str, Any],
-    default_context: ContextSpec,
-) -> Allocated | None:
-    """Create the conversation if needed (with the default policy) and reserve the next round
-    and ``count`` sequence numbers.
-
-    One atomic statement: the row lock it takes serializes writers of the same conversation
-    until commit, so ranges never overlap and never leave holes (a rolled-back request gives
-    its range back). Returns None when another tenant owns the id.
-    """
-    row = (
-        await conn.execute(
-            _ALLOCATE,
-            {
-                "conversation_id": conversation_id,
-                "tenant_id": tenant_id,
-                "count": count,
-                "metadata": orjson.dumps(metadata or {}).decode(),
-                "memory_policy": orjson.dumps(default_policy).decode(),
-                "context_summaries": default_context.summaries,
-                "context_recent_rounds": default_context.recent_rounds,
-            },
-        )
-    ).one_or_none()
-    if row is None:
-        return None
-    return Allocated(
-        first_sequence=int(row.first_sequence),
-        round=int(row.round),
-        created=bool(row.created),
-        memory_policy=row.memory_policy,
-        backing_off=bool(row.backing_off),
-        metadata_bytes=int(row.metadata_bytes),
-        metadata_keys=int(row.metadata_keys),
-    )
-
+from app.memory.types import ContextSpec, Wake
+from app.repositories.tenants import of_tenant
 
 _COLUMNS_OF = """
     c.conversation_id, c.created_at, {metadata} AS metadata, c.memory_policy,
@@ -109,6 +31,7 @@ async def create(
     metadata: dict[str, Any] | None,
     memory_policy: dict[str, Any],
     context: ContextSpec,
+    wake: Wake,
 ) -> dict[str, Any] | None:
     """Create an empty conversation; None when the id is taken (by any tenant)."""
     row = (
@@ -117,9 +40,11 @@ async def create(
                 f"""
                 WITH c AS (
                     INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
-                                               context_summaries, context_recent_rounds)
+                                               context_summaries, context_recent_rounds,
+                                               wake_round, wake_sequence, wake_tokens)
                     VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb),
-                            CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds)
+                            CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
+                            :wake_round, :wake_sequence, :wake_tokens)
                     ON CONFLICT (conversation_id) DO NOTHING
                     RETURNING *
                 )
@@ -135,6 +60,9 @@ async def create(
                 "memory_policy": orjson.dumps(memory_policy).decode(),
                 "context_summaries": context.summaries,
                 "context_recent_rounds": context.recent_rounds,
+                "wake_round": wake.round,
+                "wake_sequence": wake.sequence,
+                "wake_tokens": wake.tokens,
             },
         )
     ).one_or_none()
@@ -202,10 +130,40 @@ async def position(
     )
 
 
-async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
+async def update_policy(
+    conn: AsyncConnection,
+    *,
+    conversation_id: str,
+    memory_policy: dict[str, Any],
+    context: ContextSpec,
+) -> None:
+    """Store a conversation's new policy parameters. Its wake point goes back to 0, so its next
+    round asks the policy, with the new parameters, whether a summary is due."""
+    await conn.execute(
+        text(
+            """
+            UPDATE conversations
+            SET memory_policy = CAST(:memory_policy AS jsonb), context_summaries = :context_summaries,
+                context_recent_rounds = :context_recent_rounds, wake_round = 0, wake_sequence = 0,
+                wake_tokens = NULL
+            WHERE conversation_id = :conversation_id
+            """
+        ),
+        {
+            "conversation_id": conversation_id,
+            "memory_policy": orjson.dumps(memory_policy).decode(),
+            "context_summaries": context.summaries,
+            "context_recent_rounds": context.recent_rounds,
+        },
+    )
+
+
+async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None) -> bool:
+    """Whether the conversation exists for ``tenant_id`` (None: for any tenant)."""
     found = await conn.scalar(
         text(
-            "SELECT 1 FROM conversations WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id"
+            "SELECT 1 FROM conversations "
+            f"WHERE conversation_id = :conversation_id AND {of_tenant('tenant_id', tenant_id)}"
         ),
         {"conversation_id": conversation_id, "tenant_id": tenant_id},
     )
@@ -230,17 +188,17 @@ async def list_page(
     return [dict(r._mapping) for r in rows]
 
 
-async def failing(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+async def failing(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
     """Conversations whose latest summaries failed, the longest streak first."""
     rows = await conn.execute(
         text(
-            """
-            SELECT c.conversation_id, c.summary_failures, c.summary_retry_at,
+            f"""
+            SELECT c.conversation_id, c.tenant_id, c.summary_failures, c.summary_retry_at,
                    (SELECT m.error FROM memory m
                     WHERE m.conversation_id = c.conversation_id AND m.status = 'failed'
                     ORDER BY m.completed_at DESC NULLS LAST, m.memory_id DESC LIMIT 1) AS last_error
             FROM conversations c
-            WHERE c.tenant_id = :tenant_id AND c.summary_failures > 0
+            WHERE {of_tenant("c.tenant_id", tenant_id)} AND c.summary_failures > 0
             ORDER BY c.summary_failures DESC, c.conversation_id
             LIMIT :limit
             """

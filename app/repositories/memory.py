@@ -10,11 +10,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import MemoryRef, SummaryPlan
+from app.repositories.messages import OUT_COLUMNS
+from app.repositories.tenants import of_tenant
 
-_MEMORY_COLUMNS = (
+MEMORY_COLUMNS = (
     "memory_id, conversation_id, kind, memory_text, start_sequence, end_sequence, start_round, "
     "end_round, input_start_sequence, base_memory_id, status, created_at, generation_time_ms, "
-    "completed_at, lease_expires_at, attempts, error"
+    "completed_at, lease_expires_at, attempts, error, tokens, input_tokens, from_at, to_at"
 )
 
 
@@ -26,6 +28,81 @@ _NEWEST_BY_STATUS = " UNION ALL ".join(
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
     for status in ("completed", "processing", "failed")
 )
+
+
+def chain_cte(name: str, columns: str, *, conversation: str, limit: str, within: str = "") -> str:
+    """A recursive CTE ``name`` of the completed summaries a context shows, newest first: the
+    newest, then the newest ending before its start, and so on, ``limit`` of them at most (an
+    SQL expression). Summaries folded into a later one (inside its range) are never reached, and
+    the summaries of the sliding window (each covering the last) reduce to the newest. Each
+    step is one probe of idx_memory_conversation_status. ``within`` filters the summaries (SQL
+    on the alias m); ``columns`` must include start_sequence."""
+    return f"""{name} AS (
+        (SELECT {columns}, 1 AS depth FROM memory m
+         WHERE m.conversation_id = {conversation} AND m.status = 'completed' {within}
+         ORDER BY m.end_sequence DESC, m.memory_id DESC LIMIT 1)
+        UNION ALL
+        SELECT n.*, c.depth + 1 FROM {name} c CROSS JOIN LATERAL (
+            SELECT {columns} FROM memory m
+            WHERE m.conversation_id = {conversation} AND m.status = 'completed'
+              AND m.end_sequence < c.start_sequence {within}
+            ORDER BY m.end_sequence DESC, m.memory_id DESC LIMIT 1) n
+        WHERE c.depth < {limit}
+    )"""
+
+
+_REF_COLUMNS = (
+    "m.memory_id, m.kind, m.status, m.start_sequence, m.end_sequence, m.start_round, m.end_round, m.tokens"
+)
+
+
+async def shown(conn: AsyncConnection, *, conversation_id: str, limit: int) -> tuple[MemoryRef, ...]:
+    """The completed summaries the context shows, newest first (chain_cte)."""
+    rows = await conn.execute(
+        text(
+            "WITH RECURSIVE "
+            + chain_cte("chain", _REF_COLUMNS, conversation=":conversation_id", limit=":limit")
+            + " SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens "
+            "FROM chain ORDER BY depth"
+        ),
+        {"conversation_id": conversation_id, "limit": limit},
+    )
+    return tuple(MemoryRef(**dict(r._mapping)) for r in rows)
+
+
+async def folded(
+    conn: AsyncConnection, *, conversation_id: str, start: int, end: int
+) -> list[tuple[int, int, str]]:
+    """The completed summaries a summary of summaries over ``start``-``end`` (sequences) folds:
+    the chain within that range, oldest first, as (first sequence, last sequence, text)."""
+    within = "AND m.start_sequence >= :start AND m.end_sequence <= :end"
+    rows = await conn.execute(
+        text(
+            "WITH RECURSIVE "
+            + chain_cte(
+                "chain",
+                "m.memory_id, m.start_sequence, m.end_sequence, m.memory_text",
+                conversation=":conversation_id",
+                limit="100000",
+                within=within,
+            )
+            + " SELECT start_sequence, end_sequence, memory_text FROM chain ORDER BY depth DESC"
+        ),
+        {"conversation_id": conversation_id, "start": start, "end": end},
+    )
+    return [(int(r.start_sequence), int(r.end_sequence), str(r.memory_text)) for r in rows]
+
+
+async def covered_tokens(conn: AsyncConnection, *, conversation_id: str, end_sequence: int) -> int:
+    """Tokens of the messages up to ``end_sequence`` (one index probe)."""
+    found = await conn.scalar(
+        text(
+            "SELECT tokens_before + tokens FROM messages "
+            "WHERE conversation_id = :conversation_id AND sequence = :sequence"
+        ),
+        {"conversation_id": conversation_id, "sequence": end_sequence},
+    )
+    return int(found or 0)
 
 
 async def newest_refs(
@@ -44,10 +121,11 @@ async def insert_processing(
     *,
     conversation_id: str,
     plan: SummaryPlan,
-    lease_seconds: float,
+    lease_seconds: float | None,
 ) -> dict[str, Any] | None:
     """Insert the 'processing' row of ``plan``, or nothing when one already exists for the
-    conversation.
+    conversation. With ``lease_seconds`` the caller owns the row (its first attempt); with None
+    it is queued for any runner to claim (app.repositories.work).
 
     The plan is in rounds; its sequences are looked up here (the first message of a round is the
     one after the last message of the rounds before it), each a short backward scan of the
@@ -74,15 +152,19 @@ async def insert_processing(
                 )
                 INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence,
                                     start_round, end_round, input_start_sequence, base_memory_id,
-                                    status, lease_expires_at)
+                                    status, lease_expires_at, attempts, input_tokens, from_at, to_at)
                 SELECT CAST(:conversation_id AS varchar), '', :kind, b.start_sequence, b.end_sequence,
                        :start_round, :end_round, b.input_start_sequence, :base, 'processing',
-                       now() + make_interval(secs => :lease)
+                       now() + make_interval(secs => CAST(:lease AS double precision)),
+                       CASE WHEN CAST(:lease AS double precision) IS NULL THEN 0 ELSE 1 END,
+                       e.tokens_before + e.tokens - f.tokens_before, f.created_at, e.created_at
                 FROM bounds b
+                JOIN messages f ON f.conversation_id = :conversation_id AND f.sequence = b.start_sequence
+                JOIN messages e ON e.conversation_id = :conversation_id AND e.sequence = b.end_sequence
                 WHERE NOT EXISTS (SELECT 1 FROM memory
                                   WHERE conversation_id = :conversation_id AND status = 'processing')
                 ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
-                RETURNING {_MEMORY_COLUMNS}
+                RETURNING {MEMORY_COLUMNS}
                 """
             ),
             {
@@ -102,7 +184,7 @@ async def insert_processing(
 async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None:
     row = (
         await conn.execute(
-            text(f"SELECT {_MEMORY_COLUMNS} FROM memory WHERE memory_id = :memory_id"),
+            text(f"SELECT {MEMORY_COLUMNS} FROM memory WHERE memory_id = :memory_id"),
             {"memory_id": memory_id},
         )
     ).one_or_none()
@@ -110,49 +192,89 @@ async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None
 
 
 async def complete(
-    conn: AsyncConnection, *, memory_id: int, memory_text: str, generation_time_ms: int
-) -> bool:
-    """Mark a processing row completed and end its conversation's failure streak. False when it
-    is no longer processing (reaped or its conversation deleted): the result is discarded."""
-    done = await conn.scalar(
-        text(
-            """
-            WITH done AS (
-                UPDATE memory
-                SET status = 'completed', memory_text = :memory_text,
-                    generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
-                    error = NULL
-                WHERE memory_id = :memory_id AND status = 'processing'
-                RETURNING conversation_id
-            ), reset AS (
-                UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL
-                FROM done WHERE c.conversation_id = done.conversation_id AND c.summary_failures > 0
-            )
-            SELECT 1 FROM done
-            """
-        ),
-        {"memory_id": memory_id, "memory_text": memory_text, "ms": generation_time_ms},
-    )
-    return done is not None
+    conn: AsyncConnection,
+    *,
+    memory_id: int,
+    attempt: int,
+    memory_text: str,
+    tokens: int,
+    generation_time_ms: int,
+) -> list[float] | None:
+    """Mark a processing row completed and end its conversation's failure streak. None when it
+    is no longer processing (reaped or its conversation deleted) or another runner claimed it
+    since ``attempt`` (its lease expired): the result is discarded. Else the summary lag of each
+    round it newly covers (the rounds of its input messages): seconds from the round's POST to
+    this completion, by the database's clock."""
+    rows = (
+        await conn.execute(
+            text(
+                """
+                WITH done AS (
+                    UPDATE memory
+                    SET status = 'completed', memory_text = :memory_text, tokens = :tokens,
+                        generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
+                        error = NULL
+                    WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
+                    RETURNING conversation_id, input_start_sequence, end_sequence, completed_at
+                ), reset AS (
+                    UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL
+                    FROM done WHERE c.conversation_id = done.conversation_id AND c.summary_failures > 0
+                )
+                SELECT extract(epoch FROM done.completed_at - min(m.created_at)) AS lag
+                FROM done
+                LEFT JOIN messages m ON m.conversation_id = done.conversation_id
+                    AND m.sequence BETWEEN done.input_start_sequence AND done.end_sequence
+                GROUP BY done.completed_at, m.round
+                """
+            ),
+            {
+                "memory_id": memory_id,
+                "attempt": attempt,
+                "memory_text": memory_text,
+                "tokens": tokens,
+                "ms": generation_time_ms,
+            },
+        )
+    ).all()
+    if not rows:
+        return None
+    return [float(r.lag) for r in rows if r.lag is not None]
 
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """How long a conversation waits after its n-th failure in a row: nothing after the first
-    (the next round retries, as seed 004 does), then base * 2^(n-2), capped."""
+    """How long work waits after its n-th failure in a row, capped at max: a conversation's
+    next round starts a summary at once after its first failure, then waits base * 2^(n-2); a
+    quiet conversation is due again base * 2^(n-1) after it; a summary whose runner died is
+    claimed again base * 2^(n-1) after its n-th attempt's lease expired."""
 
     base_seconds: float
     max_seconds: float
 
+    def params(self) -> dict[str, float]:
+        return {"backoff_base": self.base_seconds, "backoff_max": self.max_seconds}
 
-# The conversation's streak grows by one and, from the second failure on, its next summary
-# waits; used by every failure path. (c.summary_failures is the streak before this failure.)
-_BACK_OFF = """
+
+def retry_delay_sql(failures: str) -> str:
+    """Seconds to wait after the ``failures``-th failure in a row (an SQL expression of it):
+    base * 2^(n-1), capped, with the parameters of :meth:`Backoff.params`."""
+    return f"least(:backoff_max, :backoff_base * power(2, least({failures} - 1, 30)))"
+
+
+# The conversation's streak grows by one and, from the second failure on, its next summary waits
+# (a new round retries at once after the first failure, as seed 004 does). While the streak is
+# under :max_attempts the conversation is also due again after base * 2^(n-1) whether or not a
+# round comes, so a quiet conversation is retried too. Used by every failure path.
+# (c.summary_failures is the streak before this failure.)
+_BACK_OFF = f"""
     UPDATE conversations c
     SET summary_failures = c.summary_failures + 1,
-        summary_retry_at = CASE WHEN c.summary_failures = 0 THEN NULL ELSE now() + make_interval(
-            secs => least(:backoff_max, :backoff_base * power(2, least(c.summary_failures - 1, 30))))
-            END
+        summary_retry_at = CASE WHEN c.summary_failures = 0 THEN NULL
+            ELSE now() + make_interval(secs => {retry_delay_sql("c.summary_failures")}) END,
+        summary_due_at = CASE WHEN c.summary_failures + 1 < :max_attempts
+            THEN greatest(c.summary_due_at,
+                          now() + make_interval(secs => {retry_delay_sql("c.summary_failures + 1")}))
+            ELSE c.summary_due_at END
     FROM failed WHERE c.conversation_id = failed.conversation_id
 """
 
@@ -161,13 +283,14 @@ async def fail(
     conn: AsyncConnection,
     *,
     memory_id: int,
+    attempt: int,
     error: str,
     generation_time_ms: int | None,
-    backoff: Backoff | None,
+    backoff: Backoff,
+    max_attempts: int,
 ) -> bool:
-    """Mark a processing row failed. With ``backoff``, the conversation's failure streak grows
-    and its next summary waits; without (a shutdown interrupted it), the streak is untouched."""
-    streak = f", streak AS ({_BACK_OFF})" if backoff is not None else ""
+    """Mark a processing row failed (unless another runner claimed it since ``attempt``); the
+    conversation's failure streak grows and its next summary waits."""
     done = await conn.scalar(
         text(
             f"""
@@ -175,22 +298,36 @@ async def fail(
                 UPDATE memory
                 SET status = 'failed', error = :error, generation_time_ms = :ms,
                     completed_at = now(), lease_expires_at = NULL
-                WHERE memory_id = :memory_id AND status = 'processing'
+                WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
                 RETURNING conversation_id
-            ){streak}
+            ), streak AS ({_BACK_OFF})
             SELECT 1 FROM failed
             """
         ),
         {
             "memory_id": memory_id,
+            "attempt": attempt,
             "error": error[:2000],
             "ms": generation_time_ms,
-            **(
-                {}
-                if backoff is None
-                else {"backoff_base": backoff.base_seconds, "backoff_max": backoff.max_seconds}
-            ),
+            "max_attempts": max_attempts,
+            **backoff.params(),
         },
+    )
+    return done is not None
+
+
+async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> bool:
+    """Give an owned row back to the queue (this runner is shutting down): another runner
+    claims it at once, and the attempt is not counted."""
+    done = await conn.scalar(
+        text(
+            """
+            UPDATE memory SET lease_expires_at = NULL, attempts = attempts - 1
+            WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
+            RETURNING 1
+            """
+        ),
+        {"memory_id": memory_id, "attempt": attempt},
     )
     return done is not None
 
@@ -201,6 +338,7 @@ async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_se
             """
             UPDATE memory SET lease_expires_at = now() + make_interval(secs => :lease)
             WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
+              AND lease_expires_at IS NOT NULL
             """
         ),
         {"ids": memory_ids, "lease": lease_seconds},
@@ -208,39 +346,42 @@ async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_se
     return int(result.rowcount)
 
 
-async def reap_expired(conn: AsyncConnection, *, backoff: Backoff) -> list[dict[str, Any]]:
-    """Fail processing rows whose lease expired (their worker died) and back their conversations
-    off. Safe to run from every replica at once: each row moves once, and rows whose owner
-    renews its lease are untouched."""
+async def reap_expired(conn: AsyncConnection, *, backoff: Backoff, max_attempts: int) -> list[dict[str, Any]]:
+    """Fail processing rows whose lease expired (their runner died) after their last attempt,
+    and back their conversations off; rows with attempts left are claimed again instead
+    (app.repositories.work). Safe to run from every replica at once: each row moves once, and
+    rows whose owner renews its lease are untouched."""
     rows = await conn.execute(
         text(
             f"""
             WITH failed AS (
                 UPDATE memory
                 SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
-                    error = 'lease expired: the worker stopped renewing it (crash, kill or redeploy)'
-                WHERE status = 'processing' AND lease_expires_at < now()
-                RETURNING memory_id, conversation_id, start_sequence, end_sequence
+                    error = 'lease expired on every attempt: the runner stopped renewing it '
+                            '(crash, kill or redeploy)'
+                WHERE status = 'processing' AND lease_expires_at < now() AND attempts >= :max_attempts
+                RETURNING memory_id, conversation_id, start_sequence, end_sequence, attempts
             ), streak AS ({_BACK_OFF})
-            SELECT * FROM failed
+            SELECT failed.*, c.memory_policy ->> 'name' AS policy
+            FROM failed LEFT JOIN conversations c USING (conversation_id)
             """
         ),
-        {"backoff_base": backoff.base_seconds, "backoff_max": backoff.max_seconds},
+        {"max_attempts": max_attempts, **backoff.params()},
     )
     return [dict(r._mapping) for r in rows]
 
 
 async def restart_failed(
-    conn: AsyncConnection, *, memory_id: int, tenant_id: str, lease_seconds: float
+    conn: AsyncConnection, *, memory_id: int, tenant_id: str | None
 ) -> dict[str, Any] | str | None:
-    """Move a failed row back to processing for a retry. Returns the row; None when the tenant
-    has no such memory; its status when it is not failed; or 'busy' when the conversation
-    already has a summary processing."""
+    """Queue a failed row again for a retry (same window and base). Returns the row; None when
+    the tenant (None: any tenant) has no such memory; its status when it is not failed; or
+    'busy' when the conversation already has a summary processing."""
     owned = await conn.scalar(
         text(
-            """
+            f"""
             SELECT m.status FROM memory m JOIN conversations c USING (conversation_id)
-            WHERE m.memory_id = :memory_id AND c.tenant_id = :tenant_id
+            WHERE m.memory_id = :memory_id AND {of_tenant("c.tenant_id", tenant_id)}
             """
         ),
         {"memory_id": memory_id, "tenant_id": tenant_id},
@@ -255,16 +396,15 @@ async def restart_failed(
                 f"""
                 UPDATE memory
                 SET status = 'processing', error = NULL, completed_at = NULL,
-                    generation_time_ms = NULL, attempts = attempts + 1,
-                    lease_expires_at = now() + make_interval(secs => :lease)
+                    generation_time_ms = NULL, lease_expires_at = NULL
                 WHERE memory_id = :memory_id AND status = 'failed'
                   AND NOT EXISTS (
                       SELECT 1 FROM memory p
                       WHERE p.conversation_id = memory.conversation_id AND p.status = 'processing')
-                RETURNING {_MEMORY_COLUMNS}
+                RETURNING {MEMORY_COLUMNS}
                 """
             ),
-            {"memory_id": memory_id, "lease": lease_seconds},
+            {"memory_id": memory_id},
         )
     ).one_or_none()
     return "busy" if row is None else dict(row._mapping)
@@ -283,19 +423,30 @@ async def restart_failed(
 # would otherwise be in neither part; failed ranges come in order, so the oldest is the first in
 # idx_memory_conversation_status). Every lookup is an index probe, or a backward scan of the
 # primary key over the last R rounds, so the cost does not grow with history.
-CONTEXT_SQL = """
-WITH conv AS (
-    SELECT next_sequence, next_round, context_summaries, context_recent_rounds,
+_SHOWN_COLUMNS = (
+    "m.memory_id, m.kind, m.memory_text AS text, m.start_sequence, m.end_sequence, m.start_round, "
+    "m.end_round, m.base_memory_id, m.tokens, m.input_tokens, m.from_at, m.to_at, m.created_at, "
+    "m.completed_at, m.generation_time_ms"
+)
+CONTEXT_SQL = f"""
+WITH RECURSIVE conv AS (
+    SELECT next_sequence, next_round, next_tokens, context_summaries, context_recent_rounds,
            memory_policy ->> 'name' AS policy, summary_failures, summary_retry_at
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
-), shown AS (
-    SELECT memory_id, kind, memory_text AS text, start_sequence, end_sequence, start_round,
-           end_round, base_memory_id, created_at, completed_at, generation_time_ms
-    FROM memory
-    WHERE conversation_id = $1 AND status = 'completed' AND EXISTS (SELECT 1 FROM conv)
-    ORDER BY end_sequence DESC, memory_id DESC
-    LIMIT (SELECT context_summaries FROM conv)
+), {
+    chain_cte(
+        "chain",
+        _SHOWN_COLUMNS,
+        conversation="$1",
+        limit="(SELECT context_summaries FROM conv)",
+        within="AND EXISTS (SELECT 1 FROM conv)",
+    )
+}, shown AS (
+    SELECT memory_id, kind, text, start_sequence, end_sequence, start_round, end_round,
+           base_memory_id, tokens, input_tokens, from_at, to_at, created_at, completed_at,
+           generation_time_ms
+    FROM chain
 ), proc AS (
     SELECT memory_id, kind, start_sequence, end_sequence, base_memory_id, created_at
     FROM memory
@@ -305,10 +456,15 @@ WITH conv AS (
         coalesce((SELECT max(end_sequence) FROM shown), -1) AS newest_end,
         least(
             coalesce((SELECT max(end_sequence) FROM shown), -1) + 1,
-            coalesce((SELECT m.sequence + 1 FROM messages m
-                      WHERE m.conversation_id = $1
-                        AND m.round < (SELECT next_round - context_recent_rounds FROM conv)
-                      ORDER BY m.sequence DESC LIMIT 1), 0),
+            -- The first message of the last R rounds, moved back to a boundary if it is not one.
+            (SELECT CASE WHEN r.first >= (SELECT next_sequence FROM conv) THEN r.first
+                    ELSE coalesce((SELECT m.sequence FROM messages m
+                                   WHERE m.conversation_id = $1 AND m.boundary AND m.sequence <= r.first
+                                   ORDER BY m.sequence DESC LIMIT 1), 0) END
+             FROM (SELECT coalesce((SELECT m.sequence + 1 FROM messages m
+                                    WHERE m.conversation_id = $1
+                                      AND m.round < (SELECT next_round - context_recent_rounds FROM conv)
+                                    ORDER BY m.sequence DESC LIMIT 1), 0) AS first) AS r),
             (SELECT f.input_start_sequence FROM memory f
              WHERE f.conversation_id = $1 AND f.status = 'failed'
                AND f.end_sequence > CASE
@@ -331,16 +487,49 @@ WITH conv AS (
         FROM newest
     ) AS sized
     WHERE n = 1 OR bytes <= $4
+), capped_start AS (
+    -- Cut only where a window may start, so no tool result is kept without its call: the first
+    -- boundary within what fits; if none, the last boundary before it (over the caps).
+    SELECT coalesce(
+        (SELECT m.sequence FROM messages m
+         WHERE m.conversation_id = $1 AND m.boundary AND m.sequence >= (SELECT min(sequence) FROM kept)
+         ORDER BY m.sequence LIMIT 1),
+        (SELECT m.sequence FROM messages m
+         WHERE m.conversation_id = $1 AND m.boundary AND m.sequence <= (SELECT min(sequence) FROM kept)
+           AND m.sequence >= (SELECT raw_start FROM bounds)
+         ORDER BY m.sequence DESC LIMIT 1),
+        (SELECT min(sequence) FROM kept)) AS sequence
+    WHERE EXISTS (SELECT 1 FROM kept)
+), budget_start AS (
+    -- ?max_tokens ($5): the oldest boundary from which the raw messages fit in what the summaries
+    -- leave (running totals: no sum over rows); if even the newest exchange does not fit, that
+    -- exchange (the newest round is never left out). NULL when there is no budget.
+    SELECT coalesce(
+        (SELECT m.sequence FROM messages m
+         WHERE m.conversation_id = $1 AND m.boundary AND m.sequence >= (SELECT raw_start FROM bounds)
+           AND m.tokens_before >= (SELECT next_tokens FROM conv)
+                                  - (CAST($5 AS bigint) - (SELECT coalesce(sum(tokens), 0) FROM shown))
+         ORDER BY m.sequence LIMIT 1),
+        (SELECT m.sequence FROM messages m
+         WHERE m.conversation_id = $1 AND m.boundary AND m.sequence >= (SELECT raw_start FROM bounds)
+         ORDER BY m.sequence DESC LIMIT 1)) AS sequence
+    WHERE $5 IS NOT NULL
+), kept_start AS (
+    SELECT greatest(c.sequence, (SELECT sequence FROM budget_start)) AS sequence FROM capped_start c
 ), raw AS (
-    SELECT sequence, round, role, content, metadata, created_at
+    SELECT {OUT_COLUMNS}
     FROM messages
-    WHERE conversation_id = $1 AND sequence >= (SELECT coalesce(min(sequence), 0) FROM kept)
-      AND EXISTS (SELECT 1 FROM kept)
+    WHERE conversation_id = $1 AND sequence >= (SELECT sequence FROM kept_start)
+), tokens AS (
+    SELECT (SELECT coalesce(sum(tokens), 0) FROM shown) AS summaries,
+           coalesce((SELECT (SELECT next_tokens FROM conv) - m.tokens_before FROM messages m
+                     WHERE m.conversation_id = $1 AND m.sequence = (SELECT sequence FROM kept_start)), 0)
+               AS messages
 ), omitted AS (
-    SELECT (SELECT raw_start FROM bounds) AS start_sequence, min(sequence) - 1 AS end_sequence,
-           min(sequence) - (SELECT raw_start FROM bounds) AS count
-    FROM kept
-    HAVING min(sequence) > (SELECT raw_start FROM bounds)
+    SELECT (SELECT raw_start FROM bounds) AS start_sequence, k.sequence - 1 AS end_sequence,
+           k.sequence - (SELECT raw_start FROM bounds) AS count
+    FROM kept_start k
+    WHERE k.sequence > (SELECT raw_start FROM bounds)
 )
 SELECT json_build_object(
     'conversation_id', $1::text,
@@ -356,6 +545,12 @@ SELECT json_build_object(
     'summary_backoff', (SELECT json_build_object('failures', summary_failures, 'retry_at', summary_retry_at)
                         FROM conv WHERE summary_failures > 0),
     'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),
+    'tokens', (SELECT json_build_object('summaries', t.summaries, 'messages', t.messages,
+                                        'total', t.summaries + t.messages) FROM tokens t),
+    'context_window', (SELECT json_build_object(
+                           'tokens', $6::bigint,
+                           'used_percent', round((t.summaries + t.messages) * 100.0 / $6, 1))
+                       FROM tokens t WHERE $6 IS NOT NULL),
     'memory_lag_messages', (SELECT next_sequence FROM conv) - (SELECT newest_end FROM bounds) - 1
 )::text
 WHERE EXISTS (SELECT 1 FROM conv)
@@ -369,33 +564,49 @@ async def context_json(
     tenant_id: str,
     max_messages: int,
     max_bytes: int,
+    max_tokens: int | None = None,
+    context_window: int | None = None,
+    in_transaction: bool = False,
 ) -> str | None:
     """The context response as JSON text, or None for an unknown conversation. The raw part is
-    capped to the newest ``max_messages`` messages and ``max_bytes`` of content (flagged as
-    truncated, with the omitted range). The pool bounds the wait for a connection
-    (app.db.BoundedPool)."""
+    capped to the newest ``max_messages`` messages and ``max_bytes`` of content, and with
+    ``max_tokens`` to what fits beside the summaries (flagged as truncated, with the omitted
+    range); ``context_window`` adds the share of a model's window the context takes. The pool
+    bounds the wait for a connection (app.db.BoundedPool). ``in_transaction`` (behind PgBouncer
+    in transaction mode) keeps the statement's preparation and execution on one server
+    connection."""
+    args = (conversation_id, tenant_id, max_messages, max_bytes, max_tokens, context_window)
     async with pool.acquire() as conn:
-        result: str | None = await conn.fetchval(
-            CONTEXT_SQL, conversation_id, tenant_id, max_messages, max_bytes
-        )
-    return result
+        if not in_transaction:
+            result: str | None = await conn.fetchval(CONTEXT_SQL, *args)
+            return result
+        async with conn.transaction():
+            result = await conn.fetchval(CONTEXT_SQL, *args)
+        return result
+
+
+_CHAIN_OF_ONE = chain_cte(
+    "chain",
+    "m.memory_id, m.start_sequence",
+    conversation=":conversation_id",
+    limit="(SELECT context_summaries FROM conversations WHERE conversation_id = :conversation_id)",
+)
 
 
 async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str, Any]]:
     """Seed 004's version-chain query: every memory with its base's end sequence, and whether the
-    context shows it (the newest K completed ones; older ones stay here for audit)."""
+    context shows it (chain_cte; the others stay here for audit)."""
     rows = await conn.execute(
         text(
-            """
+            f"""
+            WITH RECURSIVE {_CHAIN_OF_ONE}
             SELECT m.memory_id, m.kind, m.start_sequence, m.end_sequence, m.start_round, m.end_round,
                    m.input_start_sequence, m.base_memory_id, m.status, m.created_at, m.completed_at,
-                   m.generation_time_ms, m.attempts, m.error, m.memory_text AS text,
-                   b.end_sequence AS base_end_seq,
-                   m.status = 'completed' AND count(*) FILTER (WHERE m.status = 'completed') OVER (
-                       ORDER BY m.end_sequence DESC, m.memory_id DESC) <= c.context_summaries AS shown
+                   m.generation_time_ms, m.attempts, m.error, m.memory_text AS text, m.tokens,
+                   m.input_tokens, m.from_at, m.to_at, b.end_sequence AS base_end_seq,
+                   EXISTS (SELECT 1 FROM chain WHERE chain.memory_id = m.memory_id) AS shown
             FROM memory m
-            JOIN conversations c USING (conversation_id)
-            LEFT JOIN memory b ON m.base_memory_id = b.memory_id
+            LEFT JOIN memory b ON b.conversation_id = m.conversation_id AND b.memory_id = m.base_memory_id
             WHERE m.conversation_id = :conversation_id
             ORDER BY m.end_sequence DESC, m.memory_id DESC
             """
@@ -405,15 +616,18 @@ async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str
     return [dict(r._mapping) for r in rows]
 
 
-async def stuck(conn: AsyncConnection, *, tenant_id: str, older_than_seconds: float) -> list[dict[str, Any]]:
-    """Seed 004's stuck-task query, with the lease so ops can tell dead workers from slow ones."""
+async def stuck(
+    conn: AsyncConnection, *, tenant_id: str | None, older_than_seconds: float
+) -> list[dict[str, Any]]:
+    """Seed 004's stuck-task query, with the lease so ops can tell dead workers from slow ones
+    (of one tenant, or of all with ``tenant_id`` None)."""
     rows = await conn.execute(
         text(
-            """
-            SELECT m.conversation_id, m.memory_id, m.created_at, m.lease_expires_at,
+            f"""
+            SELECT m.conversation_id, c.tenant_id, m.memory_id, m.created_at, m.lease_expires_at,
                    extract(epoch FROM now() - m.created_at) AS age_seconds
             FROM memory m JOIN conversations c USING (conversation_id)
-            WHERE c.tenant_id = :tenant_id AND m.status = 'processing'
+            WHERE {of_tenant("c.tenant_id", tenant_id)} AND m.status = 'processing'
               AND m.created_at < now() - make_interval(secs => :older)
             ORDER BY m.created_at
             """
@@ -423,14 +637,14 @@ async def stuck(conn: AsyncConnection, *, tenant_id: str, older_than_seconds: fl
     return [dict(r._mapping) for r in rows]
 
 
-async def failures(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+async def failures(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
     rows = await conn.execute(
         text(
-            """
-            SELECT m.conversation_id, m.memory_id, m.start_sequence, m.end_sequence,
+            f"""
+            SELECT m.conversation_id, c.tenant_id, m.memory_id, m.start_sequence, m.end_sequence,
                    m.created_at, m.completed_at, m.attempts, m.error
             FROM memory m JOIN conversations c USING (conversation_id)
-            WHERE c.tenant_id = :tenant_id AND m.status = 'failed'
+            WHERE {of_tenant("c.tenant_id", tenant_id)} AND m.status = 'failed'
             ORDER BY m.memory_id DESC
             LIMIT :limit
             """
@@ -440,15 +654,17 @@ async def failures(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list
     return [dict(r._mapping) for r in rows]
 
 
-async def window_progression(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+async def window_progression(
+    conn: AsyncConnection, *, tenant_id: str | None, limit: int
+) -> list[dict[str, Any]]:
     """Seed 004's sliding-window progression query."""
     rows = await conn.execute(
         text(
-            """
-            SELECT m.conversation_id, m.memory_id, m.start_sequence, m.end_sequence,
+            f"""
+            SELECT m.conversation_id, c.tenant_id, m.memory_id, m.start_sequence, m.end_sequence,
                    m.end_sequence - m.start_sequence + 1 AS window_size, m.generation_time_ms
             FROM memory m JOIN conversations c USING (conversation_id)
-            WHERE c.tenant_id = :tenant_id AND m.status = 'completed'
+            WHERE {of_tenant("c.tenant_id", tenant_id)} AND m.status = 'completed'
             ORDER BY m.created_at DESC, m.memory_id DESC
             LIMIT :limit
             """
@@ -458,19 +674,19 @@ async def window_progression(conn: AsyncConnection, *, tenant_id: str, limit: in
     return [dict(r._mapping) for r in rows]
 
 
-async def generation_stats(conn: AsyncConnection, *, tenant_id: str) -> dict[str, Any]:
+async def generation_stats(conn: AsyncConnection, *, tenant_id: str | None) -> dict[str, Any]:
     """Seed 004's average-summarization-time query, plus p50/p95."""
     row = (
         await conn.execute(
             text(
-                """
+                f"""
                 SELECT AVG(m.generation_time_ms)::float AS avg_ms,
                        MAX(m.generation_time_ms) AS max_ms,
                        percentile_cont(0.5) WITHIN GROUP (ORDER BY m.generation_time_ms) AS p50_ms,
                        percentile_cont(0.95) WITHIN GROUP (ORDER BY m.generation_time_ms) AS p95_ms,
                        COUNT(*) AS total_summaries
                 FROM memory m JOIN conversations c USING (conversation_id)
-                WHERE c.tenant_id = :tenant_id AND m.status = 'completed'
+                WHERE {of_tenant("c.tenant_id", tenant_id)} AND m.status = 'completed'
                   AND m.generation_time_ms IS NOT NULL
                 """
             ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,51 +11,44 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import Content, Message
 
-# Columns a message is returned with (the context read builds the same shape in SQL).
-_OUT = "sequence, round, role, content, metadata, created_at"
+# Columns a message is returned with, in order (the append and the context read build the same
+# shape in SQL: OUT_COLUMNS).
+OUT_COLUMNS = (
+    "sequence, round, kind AS type, role, content, name, tool_calls, tool_call_id, source, tokens, "
+    "metadata, created_at"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class NewMessage:
+    """A message to store: the chat message as posted, its entry type and its token count."""
+
     role: str
-    content: Content
+    content: Content | None
     metadata: dict[str, Any] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    source: str | None = None
+    kind: str = "message"
+    tokens: int = 0
 
+    @property
+    def size(self) -> int:
+        """Roughly what counting it costs: the characters of its content and tool calls."""
+        content = self.content if isinstance(self.content, str) else orjson.dumps(self.content)
+        calls = sum(len(c["function"]["arguments"]) for c in self.tool_calls or ())
+        return len(content) + calls
 
-async def insert_round(
-    conn: AsyncConnection,
-    *,
-    conversation_id: str,
-    round: int,
-    first_sequence: int,
-    items: Sequence[NewMessage],
-) -> list[dict[str, Any]]:
-    """Insert one round's messages with consecutive sequences in one round trip.
-
-    Content goes in as JSON text and is stored as ``json`` (not jsonb), so objects come back
-    with the client's key order.
-    """
-    rows = await conn.execute(
-        text(
-            f"""
-            INSERT INTO messages (conversation_id, sequence, round, role, content, metadata, content_bytes)
-            SELECT :conversation_id, :first + t.ord - 1, :round, t.role, t.content::json, t.metadata::json,
-                   octet_length(t.content) + coalesce(octet_length(t.metadata), 0)
-            FROM unnest(CAST(:roles AS varchar[]), CAST(:contents AS text[]), CAST(:metadata AS text[]))
-                 WITH ORDINALITY AS t(role, content, metadata, ord)
-            RETURNING {_OUT}
-            """
-        ),
-        {
-            "conversation_id": conversation_id,
-            "first": first_sequence,
-            "round": round,
-            "roles": [m.role for m in items],
-            "contents": [orjson.dumps(m.content).decode() for m in items],
-            "metadata": [None if m.metadata is None else orjson.dumps(m.metadata).decode() for m in items],
-        },
-    )
-    return sorted((dict(r._mapping) for r in rows), key=lambda m: m["sequence"])
+    def as_posted(self) -> dict[str, Any]:
+        """The chat message as the client sent it (what is counted and hashed)."""
+        posted: dict[str, Any] = {"role": self.role, "content": self.content}
+        for key in ("name", "tool_calls", "tool_call_id", "source"):
+            if getattr(self, key) is not None:
+                posted[key] = getattr(self, key)
+        if self.kind == "context":
+            posted["type"] = "context"
+        return posted
 
 
 async def between(conn: AsyncConnection, *, conversation_id: str, start: int, end: int) -> list[Message]:
@@ -64,35 +56,66 @@ async def between(conn: AsyncConnection, *, conversation_id: str, start: int, en
     rows = await conn.execute(
         text(
             """
-            SELECT sequence, round, role, content FROM messages
+            SELECT sequence, round, role, content, kind, name, tool_calls, tool_call_id FROM messages
             WHERE conversation_id = :conversation_id AND sequence BETWEEN :start AND :end
             ORDER BY sequence
             """
         ),
         {"conversation_id": conversation_id, "start": start, "end": end},
     )
-    return [Message(sequence=r.sequence, round=r.round, role=r.role, content=r.content) for r in rows]
+    return [
+        Message(
+            sequence=r.sequence,
+            round=r.round,
+            role=r.role,
+            content=r.content,
+            kind=r.kind,
+            name=r.name,
+            tool_calls=r.tool_calls,
+            tool_call_id=r.tool_call_id,
+        )
+        for r in rows
+    ]
 
 
 async def round_starts(
     conn: AsyncConnection, *, conversation_id: str, lookback: int, last_sequence: int
 ) -> tuple[tuple[int, int], ...]:
-    """(round, first sequence) of every round that starts within the last ``lookback`` messages
-    (up to ``last_sequence``), oldest first. Reads at most ``lookback + 1`` rows."""
-    lowest = last_sequence - lookback + 1
+    """(round, first sequence) of every boundary (the start of a round where a window may
+    start: no tool call before it waits for a result at or after it) within the last
+    ``lookback`` messages up to ``last_sequence``, and of the last boundary before them, oldest
+    first. Index range scans of the boundaries."""
     rows = await conn.execute(
         text(
             """
-            SELECT round, sequence FROM (
-                SELECT round, sequence, lag(round) OVER (ORDER BY sequence) AS previous
-                FROM messages
-                WHERE conversation_id = :conversation_id AND sequence BETWEEN :lowest - 1 AND :last
-            ) AS t
-            WHERE sequence >= :lowest AND previous IS DISTINCT FROM round
+            SELECT round, sequence FROM messages
+            WHERE conversation_id = :conversation_id AND boundary AND sequence <= :last
+              AND sequence >= coalesce((SELECT max(sequence) FROM messages
+                                        WHERE conversation_id = :conversation_id AND boundary
+                                          AND sequence <= :lowest), 0)
             ORDER BY sequence
             """
         ),
-        {"conversation_id": conversation_id, "lowest": lowest, "last": last_sequence},
+        {"conversation_id": conversation_id, "lowest": last_sequence - lookback + 1, "last": last_sequence},
+    )
+    return tuple((int(r.round), int(r.sequence)) for r in rows)
+
+
+async def boundaries_after(
+    conn: AsyncConnection, *, conversation_id: str, after_round: int, limit: int
+) -> tuple[tuple[int, int], ...]:
+    """(round, first sequence) of the first ``limit`` boundaries after round ``after_round``
+    (where a window may start), oldest first; an index probe (ix_messages_boundary_round)."""
+    rows = await conn.execute(
+        text(
+            """
+            SELECT round, sequence FROM messages
+            WHERE conversation_id = :conversation_id AND boundary AND round > :after
+            ORDER BY round
+            LIMIT :limit
+            """
+        ),
+        {"conversation_id": conversation_id, "after": after_round, "limit": limit},
     )
     return tuple((int(r.round), int(r.sequence)) for r in rows)
 
@@ -117,7 +140,7 @@ async def page(
                        row_number() OVER (ORDER BY sequence) AS n, count(*) OVER () AS candidates
                 FROM candidates
             )
-            SELECT {_OUT}, s.candidates
+            SELECT {OUT_COLUMNS}, s.candidates
             FROM sized s JOIN messages m USING (sequence)
             WHERE m.conversation_id = :conversation_id AND s.n <= :limit
               AND (s.n = 1 OR s.bytes <= :max_bytes)

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.memory.service import MemoryService
+from app.repositories import work
 from app.settings import Settings
 from tests.fakellm import FakeLLM
 from tests.integration.servers import ServerProcess
@@ -104,7 +105,23 @@ class App:
         return body
 
     async def idle(self) -> None:
-        await asyncio.wait_for(self.service.runner.wait_idle(), timeout=30)
+        """Wait until no summary work is due and none runs (every due summary has completed or
+        failed)."""
+        await asyncio.wait_for(self.service.drain(), timeout=30)
+
+    async def settle(self) -> None:
+        """Wait until no due work is waiting for a runner: every summary the rounds so far made
+        due has started (or its policy found nothing to do)."""
+        service = self.service
+
+        async def claimed() -> bool:
+            async with service.engine.connect() as conn:
+                waiting = await work.candidates(
+                    conn, limit=1, max_attempts=service.retries.max_attempts, backoff=service.retries.backoff
+                )
+            return not waiting
+
+        await eventually(claimed, what="due summary work to be claimed")
 
 
 AppFactory = Callable[..., Awaitable[App]]
@@ -161,7 +178,8 @@ Launch = Callable[..., ServerProcess]
 def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
     servers: list[ServerProcess] = []
 
-    def start(**env: str) -> ServerProcess:
+    def start(*, kind: type[ServerProcess] = ServerProcess, **env: str) -> ServerProcess:
+        """Start ``kind`` (the HTTP service, or WorkerProcess) with these settings."""
         values = {
             "DATABASE_URL": database_url,
             "OPENAI_API_KEY": "sk-test",
@@ -171,7 +189,7 @@ def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
             "LOG_LEVEL": "INFO",
             **env,
         }
-        server = ServerProcess(values, tmp_path / f"server-{len(servers)}.log")
+        server = kind(values, tmp_path / f"server-{len(servers)}.log")
         servers.append(server)
         return server.wait_ready()
 

@@ -32,27 +32,20 @@ class ServerProcess:
         self._log_path = log
         self._log: IO[bytes] = log.open("ab")
         full_env = {**os.environ, **env}
-        # The test database is migrated once per run, so each server skips the migration.
+        # The test database is migrated once per run, so each process skips the migration.
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app.cli",
-                "serve",
-                "--no-migrate",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                *args,
-            ],
+            [sys.executable, "-m", "app.cli", *self.command(), "--no-migrate", *args],
             cwd=ROOT,
             env=full_env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
 
+    def command(self) -> list[str]:
+        return ["serve", "--host", "127.0.0.1", "--port", str(self.port)]
+
     def wait_ready(self, within: float = 30.0) -> ServerProcess:
+        """Wait until the process serves (a worker: until it runs), or fail with its log."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -89,3 +82,20 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait(5)
         self._log.close()
+
+
+class WorkerProcess(ServerProcess):
+    """`memory-service worker`: summaries only, no HTTP (its port is unused)."""
+
+    def command(self) -> list[str]:
+        return ["worker"]
+
+    def wait_ready(self, within: float = 30.0) -> WorkerProcess:
+        deadline = time.monotonic() + within
+        while "Worker running" not in self.log_text():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.process.returncode}:\n{self.log_text()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker not running after {within}s:\n{self.log_text()}")
+            time.sleep(0.05)
+        return self

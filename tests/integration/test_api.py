@@ -19,14 +19,14 @@ async def test_post_creates_conversation_and_numbers_messages(api: App) -> None:
     first = await api.client.post("/conversations/conv-1/messages", json=ROUND)
     assert first.status_code == 201
     body = first.json()
-    assert body["created"] is True and body["memory"] is None
+    assert body["created"] is True and body["summary_due"] is False
     assert [(m["sequence"], m["role"], m["content"]) for m in body["messages"]] == [
         (0, "user", "hi"),
         (1, "assistant", "hello"),
     ]
     second = await api.client.post(
         "/conversations/conv-1/messages",
-        json={"messages": [{"role": "tool", "content": "t"}], "metadata": {"app": "x"}},
+        json={"messages": [{"role": "system", "content": "t"}], "metadata": {"app": "x"}},
     )
     assert second.json()["created"] is False
     assert second.json()["messages"][0]["sequence"] == 2
@@ -46,7 +46,6 @@ async def test_context_of_new_conversation_has_all_messages(api: App) -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        "/conversations/nope/context",
         "/conversations/nope/memories",
         "/conversations/nope/messages",
         "/conversations/nope",
@@ -58,6 +57,22 @@ async def test_unknown_conversation_is_404(api: App, path: str) -> None:
     assert response.status_code == 404
     assert response.json() == {"detail": "conversation 'nope' not found", "code": "not_found"}
     assert (await api.client.delete("/conversations/nope")).status_code == 404
+
+
+async def test_a_conversation_never_written_reads_as_an_empty_context(api: App) -> None:
+    """An agent's first round needs no special case: 200, no summaries, no messages."""
+    response = await api.client.get("/conversations/never/context", params={"context_window": 1000})
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["summaries"], body["messages"], body["last_sequence"], body["memory"]) == (
+        [],
+        [],
+        None,
+        None,
+    )
+    assert body["tokens"] == {"summaries": 0, "messages": 0, "total": 0}
+    assert body["context_window"] == {"tokens": 1000, "used_percent": 0.0}
+    assert (await api.client.get("/conversations/never")).status_code == 404  # nothing was created
 
 
 def _nested(levels: int) -> list[Any]:
@@ -135,11 +150,34 @@ async def test_malformed_json_is_400(api: App) -> None:
     assert response.json() == {"detail": "the request body is not valid JSON", "code": "bad_request"}
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+async def test_a_body_not_sent_as_json_is_415(
+    api: App, db: asyncpg.Connection, content_type: str | None
+) -> None:
+    """FastAPI parses only a JSON Content-Type as JSON: anything else is the wrong media type,
+    not a 422 about the body's fields."""
+    headers = {"content-type": content_type} if content_type else {}
+    for path, body in (("/conversations/c/messages", ROUND), ("/conversations", {"conversation_id": "c"})):
+        response = await api.client.post(path, content=json.dumps(body), headers=headers)
+        assert response.status_code == 415, response.text
+        assert response.json() == {
+            "detail": "send the body as JSON, with 'Content-Type: application/json'",
+            "code": "unsupported_media_type",
+        }
+    assert await db.fetchval("SELECT count(*) FROM conversations") == 0
+    ok = await api.client.post(
+        "/conversations/c/messages",
+        content=json.dumps(ROUND),
+        headers={"content-type": "application/json; charset=utf-8"},
+    )
+    assert ok.status_code == 201
+
+
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
         ("PUT", "/conversations/x/context", "GET"),
-        ("PATCH", "/conversations/x", "GET, DELETE"),
+        ("PUT", "/conversations/x", "GET, PATCH, DELETE"),
         ("PUT", "/conversations", "GET, POST"),
         ("DELETE", "/conversations/x/messages", "GET, POST"),
         ("GET", "/ops/conversations/x/summarize", "POST"),
@@ -152,6 +190,40 @@ async def test_405_lists_every_allowed_method(api: App, method: str, path: str, 
     assert response.status_code == 405
     assert response.headers["Allow"] == allow
     assert response.json()["code"] == "method_not_allowed"
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")  # the order of Allow
+# The docs pages and their files are no operations of the document; /openapi.json is
+# Starlette's own route, which answers HEAD too.
+DOCS_SHAPES = {
+    "/docs": "GET",
+    "/redoc": "GET",
+    "/docs/assets/swagger-ui.css": "GET",
+    "/openapi.json": "GET, HEAD",
+}
+
+
+async def test_405_on_every_route_shape_lists_the_methods_it_serves(api: App) -> None:
+    """Every path of the OpenAPI document, with every method it does not serve: a JSON 405 whose
+    Allow lists exactly the methods the document gives for that path, with a body or without."""
+    paths = (await api.client.get("/openapi.json")).json()["paths"]
+    shapes = {
+        path.replace("{conversation_id}", "c").replace("{memory_id}", "1"): ", ".join(
+            method for method in METHODS if method.lower() in item
+        )
+        for path, item in paths.items()
+    }
+    assert len(shapes) == len(paths) == 17
+    for path, allow in (shapes | DOCS_SHAPES).items():
+        for method in METHODS:
+            if method in allow.split(", "):
+                continue
+            for body in (None, ROUND):
+                response = await api.client.request(method, path, json=body)
+                assert response.status_code == 405, (method, path, response.text)
+                assert response.headers["Allow"] == allow, (method, path)
+                if method != "HEAD":
+                    assert response.json() == {"detail": "Method Not Allowed", "code": "method_not_allowed"}
 
 
 @pytest.mark.parametrize("cid", ["a" * 51, "has space", "-leading", "semi;colon", "%00"])
@@ -190,7 +262,8 @@ async def test_delete_removes_everything(api: App, db: asyncpg.Connection) -> No
     assert (await api.client.delete("/conversations/gone")).status_code == 204
     for table in ("conversations", "messages", "memory"):
         assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0
-    assert (await api.client.get("/conversations/gone/context")).status_code == 404
+    assert (await api.client.get("/conversations/gone")).status_code == 404
+    assert (await api.client.get("/conversations/gone/context")).json()["messages"] == []  # as never written
 
 
 async def test_memories_endpoint_is_the_version_chain(api: App) -> None:
@@ -217,11 +290,15 @@ async def test_ops_queries(api: App, llm: FakeLLM) -> None:
     ]
     llm.hold = True
     await api.post_round("ops", 5)
+    await api.settle()
     stuck = (await api.client.get("/ops/memories/stuck", params={"older_than_seconds": 0})).json()
     assert [(s["conversation_id"], s["memory_id"]) for s in stuck] == [("ops", 3)]
     assert (await api.client.get("/ops/memories/stuck")).json() == []  # younger than 300 s
     runner = (await api.client.get("/ops/runner")).json()
-    assert runner["running"] == 1 and runner["accepting"] is True
+    assert (runner["running"], runner["queued"], runner["due"]) == (1, 0, 0)
+    assert runner["runs_summaries"] is True and runner["max_concurrent"] == 64
+    await api.post_round("ops", 6)  # due while id=3 runs: its completion plans the next
+    assert (await api.client.get("/ops/runner")).json()["due"] == 0
     chain = (await api.client.get("/ops/conversations/ops/memory-chain")).json()
     assert chain["memories"][0]["status"] == "processing"
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.bench_runs import bench_databases, run_tiny
 
-SCENARIOS = {"context", "floor", "post", "mixed", "tokens"}
+SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "append", "sizing"}
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,9 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
         "floor_ratio.rolling_blocks",
         "context_tokens_growth",
         "llm_input_growth",
+        *(f"mixed_lag_p99_ratio.{latency:g}s" for latency in meta["scale"]["mixed_llm_latencies"]),
+        "append_worker_ratio",
+        "append_floor_ratio",
     }
 
     # 1 + 4: every size served, by both apps, with a memory and a short gap (the top-level
@@ -70,12 +73,19 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
         assert run["summaries_started"] > 0
     assert res["post"]["p99_ratio"] is not None
 
-    # 3: mixed traffic completed every round, no stuck rows, summaries completed
+    # 3: mixed traffic at each LLM latency completed every round, summaries covered every round,
+    # the drain left nothing due and no stuck rows; LLM calls and CPU per round were measured
     mixed = res["mixed"]
-    assert mixed["rounds"] == mixed["conversations"] * mixed["rounds_per_conversation"]
-    assert mixed["errors"] == 0 and mixed["stuck"] == 0
-    assert mixed["summaries_completed"] > 0
-    assert mixed["summary_lag_seconds"]["from_last_message_of_window"]["count"] > 0
+    assert set(mixed["runs"]) == {f"{latency:g}" for latency in meta["scale"]["mixed_llm_latencies"]}
+    for run in mixed["runs"].values():
+        assert run["rounds"] == mixed["conversations"] * mixed["rounds_per_conversation"]
+        assert run["errors"] == 0 and run["stuck"] == 0
+        assert run["summaries_completed"] > 0
+        lag = run["summary_lag_seconds"]
+        assert lag["round_to_first_covering_summary"]["count"] == run["rounds"]
+        assert lag["rounds_never_covered"] == 0
+        assert run["drain"]["due_left"] == 0 and run["drain"]["processing_left"] == 0
+        assert run["llm_calls_per_round"] > 0 and run["cpu_seconds_per_round"]["service"] > 0
 
     # 5: the fake LLM saw the summaries, and memory + gap is far below the full history
     tokens = res["tokens"]
@@ -83,6 +93,29 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert tokens["summaries"] > 0
     assert tokens["context_saving"] > 0 and tokens["llm_input_saving"] > 0
     assert tokens["last_round"]["context_tokens"] < tokens["last_round"]["full_history_tokens"]
+
+    # 6: every deployment appended; summaries ran where a runner was up, and nowhere else
+    append = res["append"]
+    deployments = append["deployments"]
+    assert set(deployments) == {"floor", "api_off", "api_off+worker", "combined", "2x_combined"}
+    for name, deployment in deployments.items():
+        assert deployment["throughput_rps"] > 0 and deployment["errors"] == 0, (name, deployment)
+    for name in ("floor", "api_off"):
+        for run in deployments[name]["runs"]:
+            assert run["summaries_completed"] == 0 and run["work_at_end"]["running"] == 0, (name, run)
+            assert run["work_at_end"]["due"] > 0, (name, run)
+    for name in ("api_off+worker", "combined", "2x_combined"):
+        # a runner claimed work during the run (on a loaded machine none may have completed yet)
+        for run in deployments[name]["runs"]:
+            assert run["summaries_completed"] + run["work_at_end"]["running"] > 0, (name, run)
+    assert all(requests > 0 for run in deployments["2x_combined"]["requests_per_target"] for requests in run)
+    assert all(value is not None and value > 0 for value in append["ratios"].values())
+
+    # 7: every concurrency cap completed summaries on a backlog that never ran dry
+    sizing = res["sizing"]
+    assert set(sizing["runs"]) == {str(cap) for cap in meta["scale"]["sizing_caps"]}
+    for run in sizing["runs"].values():
+        assert run["summaries_completed"] > 0 and not run["backlog_ran_dry"] and run["failed"] == 0
 
     # its database was dropped
     assert meta["database"] not in asyncio.run(bench_databases(database_url))

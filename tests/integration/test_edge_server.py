@@ -269,7 +269,10 @@ async def test_a_30_mb_body_gets_its_413_without_the_memory(serve: Serve) -> Non
             yield content[start : start + 64 * 1024]
 
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-        assert (await client.post("/conversations/warm/messages", content=b"{}")).status_code == 422
+        warm = await client.post(
+            "/conversations/warm/messages", content=b"{}", headers={"Content-Type": "application/json"}
+        )
+        assert warm.status_code == 422
         for kind, body in (("Content-Length", content), ("chunked", chunks())):
             before = psutil.Process(pid).memory_info().rss
             reset_peak_rss(pid)

@@ -106,15 +106,18 @@ async def test_a_conversation_that_keeps_failing_backs_off_and_is_flagged(
         await api.post_round("poison", n)
     await api.idle()
     # The first failure is retried at the next round, as seed 004 does.
-    assert (await api.post_round("poison", 3))["memory"] is not None
+    assert (await api.post_round("poison", 3))["summary_due"]
     await api.idle()
     assert await db.fetchval("SELECT count(*) FROM memory WHERE status = 'failed'") == 2
     context = await api.context("poison")
     assert context["summary_backoff"]["failures"] == 2 and context["summary_backoff"]["retry_at"]
-    # After the second, rounds start nothing until the backoff ends.
+    # After the second, rounds start nothing until the backoff ends: the summary stays due, for
+    # when it does.
     for n in range(4, 8):
-        assert (await api.post_round("poison", n))["memory"] is None
+        await api.post_round("poison", n)
+    await api.idle()
     assert await db.fetchval("SELECT count(*) FROM memory") == 2
+    assert await db.fetchval("SELECT summary_due_at > now() + interval '59 minutes' FROM conversations")
     failing = (await api.client.get("/ops/conversations/failing")).json()
     assert [(f["conversation_id"], f["summary_failures"]) for f in failing] == [("poison", 2)]
     assert "injected 500" in failing[0]["last_error"]
@@ -141,24 +144,31 @@ async def test_the_model_circuit_opens_during_an_outage_and_closes_after(
     runner = (await api.client.get("/ops/runner")).json()
     assert runner["llm_circuit"] == "open" and runner["llm_consecutive_failures"] == 3
     assert 0 < runner["llm_circuit_retry_in_seconds"] <= 3600
-    # While open, rounds start no summary at all: an outage costs no LLM calls and no rows.
+    # While open, rounds start no summary at all (an outage costs no LLM calls and no rows); what
+    # they made due stays due for when the circuit closes.
     calls = len(llm.calls)
     for cid in ("d", "e"):
         for n in range(3):
-            assert (await api.post_round(cid, n))["memory"] is None
+            await api.post_round(cid, n)
+    assert await api.service.runner.claim_now() == 0
     assert len(llm.calls) == calls and await db.fetchval("SELECT count(*) FROM memory") == 3
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE summary_due_at <= now()") == 2
 
-    # Half-open (the period over): summaries start again and the first success closes it.
+    # A replica whose circuit is closed picks up what came due meanwhile: nothing was lost.
     closing = await make_app(MEMORY_LLM_BREAKER_FAILURES=1, MEMORY_LLM_BREAKER_OPEN_SECONDS=0.001)
+    await closing.idle()
+    done = await db.fetch("SELECT conversation_id FROM memory WHERE status = 'completed' ORDER BY 1")
+    assert [r[0] for r in done] == ["d", "e"]
+    # Half-open (the period over): summaries start again and the first success closes it.
     llm.fail_next(1)
     for n in range(3):
         await closing.post_round("f", n)
     await closing.idle()
     assert (await closing.client.get("/ops/runner")).json()["llm_circuit"] in ("open", "half_open")
-    started = await closing.post_round("f", 3)
-    assert started["memory"] is not None
+    assert (await closing.post_round("f", 3))["summary_due"]
     await closing.idle()
     assert (await closing.client.get("/ops/runner")).json()["llm_circuit"] == "closed"
+    assert await db.fetchval("SELECT status FROM memory ORDER BY memory_id DESC LIMIT 1") == "completed"
 
 
 async def test_summarize_now_racing_delete_is_never_a_500(api: App, llm: FakeLLM) -> None:
@@ -189,15 +199,15 @@ async def test_one_tenants_burst_does_not_hold_back_anothers_summaries(
         MEMORY_MAX_CONCURRENT_SUMMARIES=1,
     )
     llm.hold = True
-    for cid in ("a1", "a2", "a3", "a4", "a5"):  # one running, four waiting
+    for cid in ("a1", "a2", "a3", "a4", "a5"):  # one running, four due
         for n in range(3):
             await api.post_round(cid, n, headers={"X-API-Key": keys["a"]})
+        await asyncio.to_thread(llm.wait_for_calls, 1)
     for n in range(3):
         await api.post_round("b1", n, headers={"X-API-Key": keys["b"]})
-    await asyncio.to_thread(llm.wait_for_calls, 1)
     llm.release(0)
     calls = await asyncio.to_thread(llm.wait_for_calls, 2)
-    # B's summary came in behind A's four waiting ones, and ran next.
+    # B's summary came due behind A's four, and ran next.
     assert [c.job["conversation_id"] for c in calls] == ["a1", "b1"]
     llm.hold = False
     llm.release_all()

@@ -99,7 +99,6 @@ async def test_api_keys_isolate_tenants(make_app: AppFactory, db: asyncpg.Connec
     # Beta can neither read, write, delete nor discover acme's conversation: 404, as if absent.
     for method, path in [
         ("GET", "/conversations/secret"),
-        ("GET", "/conversations/secret/context"),
         ("GET", "/conversations/secret/memories"),
         ("GET", "/conversations/secret/messages"),
         ("DELETE", "/conversations/secret"),
@@ -108,6 +107,9 @@ async def test_api_keys_isolate_tenants(make_app: AppFactory, db: asyncpg.Connec
     ]:
         response = await client.request(method, path, headers=beta)
         assert response.status_code == 404, (method, path, response.text)
+    # The context reads as a never-written conversation's: nothing of acme's shows.
+    empty = (await client.get("/conversations/secret/context", headers=beta)).json()
+    assert (empty["messages"], empty["summaries"], empty["last_sequence"]) == ([], [], None)
     write = await client.post("/conversations/secret/messages", json=ROUND, headers=beta)
     assert write.status_code == 404
     assert (await client.get("/conversations", headers=beta)).json()["conversations"] == []
@@ -139,26 +141,26 @@ async def test_deleting_a_conversation_while_it_summarizes(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_summaries_in_flight_are_capped_and_the_queue_is_bounded(
+async def test_summaries_in_flight_are_capped_and_due_work_waits_in_the_database(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
-    api = await make_app(MEMORY_MAX_CONCURRENT_SUMMARIES=2, MEMORY_MAX_PENDING_SUMMARIES=1)
+    api = await make_app(MEMORY_MAX_CONCURRENT_SUMMARIES=2)
     llm.hold = True
     for cid in ("c1", "c2", "c3", "c4", "c5"):
         for n in range(3):
             await api.post_round(cid, n)
     await asyncio.to_thread(llm.wait_for_calls, 2)
     runner = (await api.client.get("/ops/runner")).json()
-    assert (runner["running"], runner["waiting"]) == (2, 1)
+    assert (runner["running"], runner["queued"], runner["due"]) == (2, 0, 3)
     assert len(llm.calls) == 2  # at most two LLM calls at once
-    # Past the bound no row is started; those conversations trigger again on their next round.
-    assert await db.fetchval("SELECT count(*) FROM memory") == 3
+    # Past the bound no row is started; the other conversations stay due, durably.
+    assert await db.fetchval("SELECT count(*) FROM memory") == 2
+    # No further round comes, and still every due conversation gets its summary.
     llm.hold = False
     llm.release_all()
     await api.idle()
-    assert await db.fetchval("SELECT count(*) FROM memory WHERE status = 'completed'") == 3
-    started = await api.post_round("c5", 3)
-    assert started["memory"] is not None
+    assert await db.fetchval("SELECT count(*) FROM memory WHERE status = 'completed'") == 5
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE summary_due_at IS NOT NULL") == 0
 
 
 async def test_message_content_is_not_logged_at_info(

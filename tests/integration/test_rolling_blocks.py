@@ -3,6 +3,7 @@ against the seed's acceptance criteria after every one; failures, retries and JS
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -57,14 +58,18 @@ async def test_seed_000_replayed_for_85_interactions(api: App, llm: FakeLLM, db:
     for n in range(1, 86):
         posted = await api.client.post("/conversations/seed-000/messages", json=interaction(n))
         assert posted.status_code == 201, posted.text
-        started = posted.json()["memory"]
-        # A summary is created every time a block fills: at interactions 22, 43, 64, 85.
-        if n in (22, 43, 64, 85):
-            assert started is not None and started["kind"] == "block" and started["base_memory_id"] is None
-            blocks.append((started["start_round"] + 1, started["end_round"] + 1))
-        else:
-            assert started is None, (n, started)
+        # A summary is due, and created, every time a block fills: at interactions 22, 43, 64, 85.
+        assert posted.json()["summary_due"] is (n in (22, 43, 64, 85)), n
+        before = await db.fetchval("SELECT count(*) FROM memory")
         await api.idle()
+        made = await db.fetch(
+            "SELECT kind, start_round, end_round, base_memory_id FROM memory OFFSET $1", before
+        )
+        if n in (22, 43, 64, 85):
+            assert [(r["kind"], r["base_memory_id"]) for r in made] == [("block", None)], n
+            blocks.append((made[0]["start_round"] + 1, made[0]["end_round"] + 1))
+        else:
+            assert made == [], (n, made)
         context = await api.context("seed-000")
         window = window_interactions(context)
         # After any interaction the window holds the newest interactions, at most 21 of them.
@@ -182,6 +187,9 @@ async def test_a_block_boundary_passed_while_a_summary_runs_starts_on_completion
     llm.hold = True
     for n in range(1, 6):  # block 1-3 starts at 3; its boundary 5 passes while it runs
         await api.client.post("/conversations/slow/messages", json=interaction(n))
+        if n == 3:
+            await asyncio.to_thread(llm.wait_for_calls, 1)
+    await api.settle()
     assert await db.fetchval("SELECT count(*) FROM memory") == 1
     llm.hold = False
     llm.release_all()
@@ -227,5 +235,6 @@ async def test_create_conversation_errors(api: App) -> None:
         "name": "sliding_window",
         "window_size": 14,
         "summarize_after_seq": 5,
-        "catch_up_on_completion": False,
+        "summarize_every": 1,
+        "catch_up_on_completion": True,
     }

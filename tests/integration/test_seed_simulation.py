@@ -1,4 +1,8 @@
-"""Seeds 002 and 004 replayed over HTTP, with summaries released where the seeds put them."""
+"""Seeds 002 and 004 replayed over HTTP, with summaries released where the seeds put them.
+
+The seeds' flow (a round that ends while a summary runs starts none) is the sliding window with
+catch_up_on_completion off; after each POST the test waits for the runner to claim what the
+round made due (api.settle) before reading the memory table."""
 
 from __future__ import annotations
 
@@ -42,71 +46,77 @@ def used(context: dict[str, Any]) -> int | None:
 
 
 async def test_seed_002_rounds_1_to_10(make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection) -> None:
-    api = await make_app(MEMORY_ROLLING_WINDOW_SIZE=14, MEMORY_SUMMARIZE_AFTER_SEQ=5)
+    api = await make_app(
+        MEMORY_ROLLING_WINDOW_SIZE=14, MEMORY_SUMMARIZE_AFTER_SEQ=5, MEMORY_CATCH_UP_ON_COMPLETION=False
+    )
     llm.hold = True
     cid = "seed-002"
 
+    async def post(n: int) -> bool:
+        due: bool = (await api.post_round(cid, n))["summary_due"]
+        await api.settle()
+        return due
+
     # Rounds 1-2: accumulation, no memory, the gap is every stored message.
-    await api.post_round(cid, 1)
+    assert not await post(1)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (None, [0, 1])
-    started = await api.post_round(cid, 2)
-    assert started["memory"] is None
+    assert not await post(2)
     assert await memory_table(db) == []
 
     # Round 3 ends: first trigger, seq 0-5.
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (None, [0, 1, 2, 3])
-    started = await api.post_round(cid, 3)
-    assert started["memory"]["memory_id"] == 1
+    assert await post(3)
     assert await memory_table(db) == [(1, 0, 5, None, "processing")]
 
     # Round 4: caught up (id=1 completed before it started); no gap.
     await complete(api, llm, db, 1)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx), ctx["processing"]) == (1, [], None)
-    await api.post_round(cid, 4)
+    await post(4)
     assert await memory_table(db) == [(1, 0, 5, None, "completed"), (2, 0, 7, 1, "processing")]
 
-    # Round 5: not caught up; fallback to id=1 with gap 6-7; no trigger.
+    # Round 5: not caught up; fallback to id=1 with gap 6-7; no summary starts.
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (1, [6, 7])
     assert ctx["processing"]["memory_id"] == 2
     assert ctx["memory_lag_messages"] == 2
-    started = await api.post_round(cid, 5)
-    assert started["memory"] is None
+    await post(5)
     assert await memory_table(db) == [(1, 0, 5, None, "completed"), (2, 0, 7, 1, "processing")]
 
     # Round 6: caught up with id=2; gap 8-9; trigger 0-11.
     await complete(api, llm, db, 2)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (2, [8, 9])
-    await api.post_round(cid, 6)
+    await post(6)
     assert (await memory_table(db))[2:] == [(3, 0, 11, 2, "processing")]
 
     # Round 7: not caught up; id=2 with gap 8-11.
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (2, [8, 9, 10, 11])
-    assert (await api.post_round(cid, 7))["memory"] is None
+    await post(7)
+    assert len(await memory_table(db)) == 3
 
     # Round 8: caught up with id=3 (end 11); gap 12-13; the window starts sliding: 2-15.
     await complete(api, llm, db, 3)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (3, [12, 13])
-    await api.post_round(cid, 8)
+    await post(8)
     assert (await memory_table(db))[2:] == [(3, 0, 11, 2, "completed"), (4, 2, 15, 3, "processing")]
 
     # Round 9: not caught up; id=3 with gap 12-15.
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (3, [12, 13, 14, 15])
-    assert (await api.post_round(cid, 9))["memory"] is None
+    await post(9)
+    assert len(await memory_table(db)) == 4
 
     # Round 10: caught up with id=4 (2-15); gap 16-17; trigger 6-19.
     await complete(api, llm, db, 4)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (4, [16, 17])
     assert (ctx["memory"]["start_sequence"], ctx["memory"]["end_sequence"]) == (2, 15)
-    await api.post_round(cid, 10)
+    await post(10)
 
     # Seed 002's final memory table.
     assert await memory_table(db) == [
@@ -136,27 +146,33 @@ async def test_seed_004_memory_table_evolution(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
     """Summaries completing within a round: seed 004's Data Flow Timeline and table."""
-    api = await make_app()
+    api = await make_app(MEMORY_CATCH_UP_ON_COMPLETION=False)
     llm.hold = True
     cid = "seed-004"
-    for n in (1, 2, 3):
+
+    async def post(n: int) -> list[Row]:
         await api.post_round(cid, n)
+        await api.settle()
+        return await memory_table(db)
+
+    for n in (1, 2, 3):
+        await post(n)
     assert await memory_table(db) == [(1, 0, 5, None, "processing")]
     # Round 4 ends while id=1 is still processing: skip.
-    assert (await api.post_round(cid, 4))["memory"] is None
+    assert len(await post(4)) == 1
     # Round 5 starts: id=1 completed, gap seq 6-7 (round 4).
     await complete(api, llm, db, 1)
     ctx = await api.context(cid)
     assert (used(ctx), gap(ctx)) == (1, [6, 7])
-    assert (await api.post_round(cid, 5))["memory"]["end_sequence"] == 9
-    assert (await api.post_round(cid, 6))["memory"] is None
+    assert (await post(5))[-1][2] == 9
+    assert len(await post(6)) == 2
     await complete(api, llm, db, 2)
-    assert (await api.post_round(cid, 7))["memory"]["end_sequence"] == 13
+    assert (await post(7))[-1][2] == 13
     await complete(api, llm, db, 3)
-    assert (await api.post_round(cid, 8))["memory"]["start_sequence"] == 2
-    assert (await api.post_round(cid, 9))["memory"] is None
+    assert (await post(8))[-1][1] == 2
+    assert len(await post(9)) == 4
     await complete(api, llm, db, 4)
-    await api.post_round(cid, 10)
+    await post(10)
     await complete(api, llm, db, 5)
     assert await memory_table(db) == [
         (1, 0, 5, None, "completed"),
@@ -172,12 +188,16 @@ async def test_seed_004_memory_table_evolution(
 async def test_catch_up_on_completion_summarizes_rounds_stored_meanwhile(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
-    """With MEMORY_CATCH_UP_ON_COMPLETION, a quiet conversation's memory still catches up."""
-    api = await make_app(MEMORY_CATCH_UP_ON_COMPLETION=True)
+    """With catch-up (the default), a quiet conversation's memory still catches up: the rounds
+    stored while a summary ran get one next summary, without waiting for another round."""
+    api = await make_app()
     llm.hold = True
     for n in (1, 2, 3):
         await api.post_round("quiet", n)
-    assert (await api.post_round("quiet", 4))["memory"] is None  # id=1 still processing
+    await api.settle()
+    assert (await api.post_round("quiet", 4))["summary_due"]  # due, but id=1 is still processing
+    await api.settle()
+    assert len(await memory_table(db)) == 1
     # No more rounds come. Completing id=1 starts id=2 over the rounds stored meanwhile.
     await complete(api, llm, db, 1)
     await complete(api, llm, db, 2)

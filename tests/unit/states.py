@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from app.memory.policies import MemoryPolicy
 from app.memory.types import ConversationState, MemoryRef
 
 
@@ -56,3 +58,14 @@ def ref(
         start_round=start_round,
         end_round=end_round,
     )
+
+
+def observed(policy: MemoryPolicy, current: ConversationState) -> ConversationState:
+    """``current`` with what the service adds for ``policy``: the first boundary after the round
+    the policy asks about (every round starts at a boundary in these transcripts of plain
+    messages; the round's first sequence is taken from ``round_starts`` when listed)."""
+    after = policy.boundary_after(current)
+    if after is None or after + 1 > current.last_round:
+        return current
+    first = dict(current.round_starts).get(after + 1, -1)
+    return replace(current, next_boundary=(after + 1, first))

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from app.memory.policies.rolling_blocks import RollingBlocksConfig, RollingBlocksPolicy, block_end
-from app.memory.types import ContextSpec, MemoryRef, Message, SummaryJob, SummaryPlan, Trigger
-from tests.unit.states import ref, state
+from app.memory.types import ContextSpec, MemoryRef, Message, SummaryJob, SummaryPlan, Trigger, Wake
+from tests.unit.states import observed, ref, state
 
 
 def blocks_after(interactions: int, window: int = 21, max_summaries: int = 3) -> list[MemoryRef]:
@@ -20,7 +20,7 @@ def blocks_after(interactions: int, window: int = 21, max_summaries: int = 3) ->
     rows: list[MemoryRef] = []
     for n in range(1, interactions + 1):
         current = state([2] * n, lookback=0, latest=rows[-1] if rows else None)
-        plan = policy.plan(current, Trigger.ROUND_END)
+        plan = policy.plan(observed(policy, current), Trigger.ROUND_END)
         if plan is not None:
             assert plan.base_memory_id is None and plan.input_start_round == plan.start_round
             rows.append(
@@ -69,15 +69,17 @@ def test_every_trigger_starts_the_oldest_full_block_without_a_row() -> None:
     policy = RollingBlocksPolicy(RollingBlocksConfig())
     # Block 1 (interactions 23-43) failed; interaction 50 arrives: the next block is not full.
     failed = ref(2, 44, 85, status="failed", kind="block", rounds=(22, 42))
-    assert policy.plan(state([2] * 50, lookback=0, newest=failed), Trigger.ROUND_END) is None
+    assert (
+        policy.plan(observed(policy, state([2] * 50, lookback=0, newest=failed)), Trigger.ROUND_END) is None
+    )
     # Block 0 was still processing when interaction 43 arrived (its insert lost to the
     # one-processing rule): when it completes, block 1 starts though no interaction came.
     done = ref(1, 0, 43, kind="block", rounds=(0, 21))
-    assert policy.plan(state([2] * 45, lookback=0, latest=done), Trigger.COMPLETED) == SummaryPlan(
-        "block", 22, 42, None, 22
-    )
+    assert policy.plan(
+        observed(policy, state([2] * 45, lookback=0, latest=done)), Trigger.COMPLETED
+    ) == SummaryPlan("block", 22, 42, None, 22)
     assert "interactions 23-43" in policy.nothing_due(state([2] * 30, lookback=0, latest=done))
-    assert policy.plan(state([2] * 30, lookback=0, latest=done), Trigger.MANUAL) is None
+    assert policy.plan(observed(policy, state([2] * 30, lookback=0, latest=done)), Trigger.MANUAL) is None
 
 
 @given(
@@ -98,6 +100,24 @@ def test_blocks_tile_history_and_come_on_time(count: int, window: int) -> None:
     # no interaction out: the newest block ends at most `window` rounds before the last one.
     if rows:
         assert count - 1 - rows[-1].end_round <= window
+
+
+@given(
+    count=st.integers(min_value=1, max_value=400),
+    more=st.integers(min_value=0, max_value=100),
+    window=st.integers(min_value=1, max_value=40),
+)
+def test_the_wake_point_is_the_next_block_end(count: int, more: int, window: int) -> None:
+    """A POST reaching the wake point is exactly when the next block is full: never late, and
+    never early while the rows stay as they are."""
+    policy = RollingBlocksPolicy(RollingBlocksConfig(window=window))
+    rows = blocks_after(count, window=window)
+    newest = rows[-1] if rows else None
+    wake = policy.wake(state([2] * count, lookback=0, latest=newest))
+    assert wake == Wake(round=block_end(0 if newest is None else newest.end_round + 1, window), sequence=0)
+    later = state([2] * (count + more), lookback=0, latest=newest)
+    due = policy.plan(observed(policy, later), Trigger.ROUND_END) is not None
+    assert due == (later.last_round >= wake.round)
 
 
 def _job(messages: list[Message], max_chars: int) -> SummaryJob:

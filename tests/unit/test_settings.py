@@ -71,3 +71,36 @@ def test_default_policy_takes_seed_004_settings_as_sliding_window_defaults() -> 
     assert settings.policy_defaults["sliding_window"]["window_size"] == 20
     blocks = Settings(_env_file=None, MEMORY_POLICY='{"name": "rolling_blocks", "max_summaries": 5}')
     assert blocks.default_policy.model_dump() == {"name": "rolling_blocks", "window": 21, "max_summaries": 5}
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"MEMORY_ADMIN_KEY": "short"}, "at least 16 characters"),
+        (
+            {"MEMORY_API_KEYS": "acme:acme-key-0123456789", "MEMORY_ADMIN_KEY": "acme-key-0123456789"},
+            "differ from every tenant's key",
+        ),
+        ({"LOG_FORMAT": "xml"}, "LOG_FORMAT"),
+    ],
+)
+def test_operator_settings_are_checked(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], fragment: str
+) -> None:
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=fragment):
+        load_settings()
+
+
+def test_the_admin_key_is_read_without_blanks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_ADMIN_KEY", "  admin-key-0123456789 ")
+    assert load_settings().admin_key == "admin-key-0123456789"
+
+
+def test_observability_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(_env_file=None).LOG_FORMAT == "text"
+    monkeypatch.setenv("LOG_FORMAT", "JSON")
+    settings = load_settings()
+    assert settings.LOG_FORMAT == "json"
+    assert settings.MEMORY_METRICS_PUBLIC is None and settings.MEMORY_METRICS_REFRESH_SECONDS == 15

@@ -14,7 +14,7 @@ from app.memory.policies.sliding_window import (
     calculate_summary_range,
     should_trigger_summary,
 )
-from app.memory.types import Message, SummaryJob, SummaryPlan, Trigger
+from app.memory.types import Message, SummaryJob, SummaryPlan, Trigger, Wake
 from tests.unit.states import ref, round_starts, state
 
 
@@ -115,9 +115,44 @@ def test_manual_ignores_the_threshold_and_completed_needs_catch_up() -> None:
         "window", 0, 0, None, 0
     )
     later = state(pairs(4), lookback=14, latest=ref(1, 0, 5))
-    assert SlidingWindowPolicy(SlidingWindowConfig()).plan(later, Trigger.COMPLETED) is None
-    catching_up = SlidingWindowPolicy(SlidingWindowConfig(catch_up_on_completion=True))
-    assert catching_up.plan(later, Trigger.COMPLETED) == SummaryPlan("window", 0, 3, 1, 3)
+    seed_flow = SlidingWindowPolicy(SlidingWindowConfig(catch_up_on_completion=False))
+    assert seed_flow.plan(later, Trigger.COMPLETED) is None
+    assert SlidingWindowPolicy(SlidingWindowConfig()).plan(later, Trigger.COMPLETED) == SummaryPlan(
+        "window", 0, 3, 1, 3
+    )
+
+
+def test_summarize_every_spaces_summaries_by_rounds_but_not_manual_ones() -> None:
+    policy = SlidingWindowPolicy(SlidingWindowConfig(summarize_every=3))
+    latest = ref(1, 0, 5)  # rounds 0-2
+    for rounds, due in ((4, False), (5, False), (6, True)):
+        current = state(pairs(rounds), lookback=14, latest=latest)
+        assert (policy.plan(current, Trigger.ROUND_END) is not None) is due, rounds
+        assert policy.plan(current, Trigger.MANUAL) is not None
+    assert policy.wake(state(pairs(4), lookback=14, latest=latest)) == Wake(round=5, sequence=5)
+    assert policy.wake(state(pairs(1), lookback=14)) == Wake(round=0, sequence=5)
+
+
+@given(
+    rounds=st.integers(min_value=1, max_value=300),
+    more=st.integers(min_value=0, max_value=60),
+    every=st.integers(min_value=1, max_value=10),
+    after=st.integers(min_value=0, max_value=50),
+    latest_end_pair=st.none() | st.integers(min_value=0, max_value=300),
+)
+def test_the_wake_point_is_never_late(
+    rounds: int, more: int, every: int, after: int, latest_end_pair: int | None
+) -> None:
+    """Whenever a later round (the same summaries stored) would get a summary, that round has
+    reached the wake point computed before it: a POST never misses a due summary."""
+    policy = SlidingWindowPolicy(SlidingWindowConfig(summarize_every=every, summarize_after_seq=after))
+    latest = (
+        None if latest_end_pair is None or latest_end_pair >= rounds else ref(7, 0, 2 * latest_end_pair + 1)
+    )
+    wake = policy.wake(state(pairs(rounds), lookback=14, latest=latest))
+    later = state(pairs(rounds + more), lookback=14, latest=latest)
+    if policy.plan(later, Trigger.ROUND_END) is not None:
+        assert later.last_round >= wake.round and later.last_sequence >= wake.sequence
 
 
 @given(

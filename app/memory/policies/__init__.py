@@ -18,39 +18,46 @@ from pydantic import BaseModel, Field, TypeAdapter
 from app.memory.policies.base import MemoryPolicy, policy_dump
 from app.memory.policies.rolling_blocks import RollingBlocksConfig, RollingBlocksPolicy
 from app.memory.policies.sliding_window import SlidingWindowConfig, SlidingWindowPolicy
+from app.memory.policies.token_budget import TokenBudgetConfig, TokenBudgetPolicy
 
-PolicyConfig = Annotated[SlidingWindowConfig | RollingBlocksConfig, Field(discriminator="name")]
+AnyConfig = SlidingWindowConfig | RollingBlocksConfig | TokenBudgetConfig
+PolicyConfig = Annotated[AnyConfig, Field(discriminator="name")]
 
 _BUILDERS: dict[type[BaseModel], Callable[[Any], MemoryPolicy]] = {
     SlidingWindowConfig: SlidingWindowPolicy,
     RollingBlocksConfig: RollingBlocksPolicy,
+    TokenBudgetConfig: TokenBudgetPolicy,
 }
 POLICY_NAMES: tuple[str, ...] = tuple(c.model_fields["name"].default for c in _BUILDERS)
 
-_ADAPTER: TypeAdapter[SlidingWindowConfig | RollingBlocksConfig] = TypeAdapter(PolicyConfig)
+_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(PolicyConfig)
 
 # Deployment defaults of each policy's parameters, by policy name.
 ParameterDefaults = Mapping[str, Mapping[str, Any]]
 
 
-def parse_config(value: object) -> SlidingWindowConfig | RollingBlocksConfig:
+def parse_config(value: object) -> AnyConfig:
     """A policy config from a name or a ``{"name": ..., ...}`` mapping; raises ValidationError."""
     if isinstance(value, str):
         value = {"name": value}
     return _ADAPTER.validate_python(value)
 
 
-def resolve(
-    config: SlidingWindowConfig | RollingBlocksConfig, defaults: ParameterDefaults
-) -> SlidingWindowConfig | RollingBlocksConfig:
+def resolve(config: AnyConfig, defaults: ParameterDefaults) -> AnyConfig:
     """``config`` with the parameters its author left out taken from the deployment defaults."""
     given = config.model_dump(include=config.model_fields_set)
     merged = {**defaults.get(config.name, {}), **given, "name": config.name}
     return _ADAPTER.validate_python(merged)
 
 
-def build_policy(config: SlidingWindowConfig | RollingBlocksConfig) -> MemoryPolicy:
+def build_policy(config: AnyConfig) -> MemoryPolicy:
     return _BUILDERS[type(config)](config)
+
+
+def renderer(name: str) -> MemoryPolicy:
+    """A policy of this name, for what needs no parameters (rendering a context)."""
+    config = next(c for c in _BUILDERS if c.model_fields["name"].default == name)
+    return _BUILDERS[config](config())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,5 +80,6 @@ __all__ = [
     "load_policy",
     "parse_config",
     "policy_dump",
+    "renderer",
     "resolve",
 ]

@@ -15,14 +15,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.memory.policies.base import DATA_NOT_INSTRUCTIONS, gist, render_messages
-from app.memory.types import ContextSpec, ConversationState, Prompt, SummaryJob, SummaryPlan, Trigger
+from app.memory.policies.base import (
+    DATA_NOT_INSTRUCTIONS,
+    PlainRendering,
+    gist,
+    name_required,
+    render_messages,
+)
+from app.memory.types import ContextSpec, ConversationState, Prompt, SummaryJob, SummaryPlan, Trigger, Wake
 
 KIND = "block"
 
 
 class RollingBlocksConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, json_schema_extra=name_required)
 
     name: Literal["rolling_blocks"] = "rolling_blocks"
     window: int = Field(
@@ -37,7 +43,7 @@ def block_end(start_round: int, window: int) -> int:
     return window if start_round == 0 else start_round + window - 1
 
 
-class RollingBlocksPolicy:
+class RollingBlocksPolicy(PlainRendering):
     def __init__(self, config: RollingBlocksConfig) -> None:
         self._config = config
 
@@ -59,15 +65,33 @@ class RollingBlocksPolicy:
         start = 0 if state.newest is None else state.newest.end_round + 1
         return start, block_end(start, self._config.window)
 
+    def boundary_after(self, state: ConversationState) -> int | None:
+        return self._next_block(state)[1]
+
     def plan(self, state: ConversationState, trigger: Trigger) -> SummaryPlan | None:
         # Every trigger asks the same question: is the oldest block without a summary full?
         # After a completion that picks up a boundary passed while the previous block ran.
         start, end = self._next_block(state)
         if end > state.last_round:
             return None
+        # A block ends where the next may start: where no tool call waits for a result. When
+        # an exchange runs across its last interaction, the block takes the rest of it.
+        if state.next_boundary is not None:
+            end = state.next_boundary[0] - 1
+        elif state.open_calls > 0:
+            return None  # the exchange is still open: wait for its results
+        else:
+            end = state.last_round
         return SummaryPlan(
             kind=KIND, start_round=start, end_round=end, base_memory_id=None, input_start_round=start
         )
+
+    def wake(self, state: ConversationState) -> Wake:
+        _, end = self._next_block(state)
+        return Wake(round=end, sequence=0)
+
+    def reads_summaries(self, kind: str) -> bool:
+        return False
 
     def nothing_due(self, state: ConversationState) -> str:
         start, end = self._next_block(state)

@@ -16,17 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.memory.policies.base import (
     DATA_NOT_INSTRUCTIONS,
     LINE,
+    PlainRendering,
     keep_newest,
     message_line,
+    name_required,
+    safe_end,
     user_prompt,
 )
-from app.memory.types import ContextSpec, ConversationState, Prompt, SummaryJob, SummaryPlan, Trigger
+from app.memory.types import ContextSpec, ConversationState, Prompt, SummaryJob, SummaryPlan, Trigger, Wake
 
 KIND = "window"
 
 
 class SlidingWindowConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, json_schema_extra=name_required)
 
     name: Literal["sliding_window"] = "sliding_window"
     window_size: int = Field(
@@ -35,10 +38,17 @@ class SlidingWindowConfig(BaseModel):
     summarize_after_seq: int = Field(
         default=5, ge=0, le=2**31 - 1, description="Summaries start once this sequence is saved."
     )
+    summarize_every: int = Field(
+        default=1,
+        ge=1,
+        le=100_000,
+        description="Rounds between summaries: 1 summarizes after every round (seed 004); more "
+        "trades freshness for fewer model calls.",
+    )
     catch_up_on_completion: bool = Field(
-        default=False,
+        default=True,
         description="When a summary completes and rounds arrived meanwhile, start the next one at "
-        "once instead of at the next round's end (seed 002's flow when false).",
+        "once, covering all of them; false waits for the next round's end (seed 002's flow).",
     )
 
 
@@ -51,19 +61,25 @@ def calculate_summary_range(
     last_saved_seq: int, window_size: int, round_starts: Sequence[tuple[int, int]], last_round: int
 ) -> tuple[int, int]:
     """Seed 004's sliding window, in rounds: (first round, last round) of the window ending at
-    ``last_saved_seq`` in round ``last_round``. The window starts at the first round that begins
-    within the last ``window_size`` messages, so a round is never split (seed 004's "even
-    start" is the case of two-message rounds). A last round longer than the window is kept whole.
+    ``last_saved_seq`` in round ``last_round``. The window starts at the first boundary (a round
+    start where no tool call waits for its result) within the last ``window_size`` messages, so
+    neither a round nor a tool exchange is ever split (seed 004's "even start" is the case of
+    two-message rounds). When none is that recent, the window reaches back to the last boundary
+    before it: a last round, or exchange, longer than the window is kept whole.
 
-    ``round_starts`` holds (round, first sequence) of, at least, every round that starts within
-    the last ``window_size`` messages, oldest first.
+    ``round_starts`` holds (round, first sequence) of every boundary within the last
+    ``window_size`` messages and of the last one before them, oldest first.
     """
     lowest = last_saved_seq - window_size + 1
-    start_round = next((r for r, first in round_starts if first >= lowest), last_round)
-    return (start_round, last_round)
+    candidates = [(r, first) for r, first in round_starts if r <= last_round]
+    inside = next((r for r, first in candidates if first >= lowest), None)
+    if inside is not None:
+        return (inside, last_round)
+    before = [r for r, first in candidates if first < lowest]
+    return (before[-1] if before else last_round, last_round)
 
 
-class SlidingWindowPolicy:
+class SlidingWindowPolicy(PlainRendering):
     def __init__(self, config: SlidingWindowConfig) -> None:
         self._config = config
 
@@ -79,18 +95,34 @@ class SlidingWindowPolicy:
     def context(self) -> ContextSpec:
         return ContextSpec(summaries=1, recent_rounds=0)
 
+    def boundary_after(self, state: ConversationState) -> int | None:
+        return None
+
     def plan(self, state: ConversationState, trigger: Trigger) -> SummaryPlan | None:
         if trigger is Trigger.COMPLETED and not self._config.catch_up_on_completion:
             return None
+        end = safe_end(state)
+        if end is None:
+            return None  # the window would separate tool calls from their results
+        end_round, end_sequence = end
         if trigger is not Trigger.MANUAL and not should_trigger_summary(
-            state.last_sequence, self._config.summarize_after_seq
+            end_sequence, self._config.summarize_after_seq
         ):
             return None
         latest = state.latest_completed
-        if latest is not None and latest.end_sequence >= state.last_sequence:
+        if latest is not None and latest.end_sequence >= end_sequence:
             return None  # nothing new since the latest summary
+        if (
+            trigger is not Trigger.MANUAL
+            and latest is not None
+            and end_round - latest.end_round < self._config.summarize_every
+        ):
+            return None  # fewer than summarize_every rounds since the latest summary
         start_round, end_round = calculate_summary_range(
-            state.last_sequence, self._config.window_size, state.round_starts, state.last_round
+            end_sequence,
+            self._config.window_size,
+            [start for start in state.round_starts if start[0] <= end_round],
+            end_round,
         )
         # Incremental: the base's text plus only the messages after it, within the window.
         input_start = start_round if latest is None else max(start_round, latest.end_round + 1)
@@ -101,6 +133,16 @@ class SlidingWindowPolicy:
             base_memory_id=latest.memory_id if latest is not None else None,
             input_start_round=input_start,
         )
+
+    def wake(self, state: ConversationState) -> Wake:
+        latest = state.latest_completed
+        return Wake(
+            round=0 if latest is None else latest.end_round + self._config.summarize_every,
+            sequence=self._config.summarize_after_seq,
+        )
+
+    def reads_summaries(self, kind: str) -> bool:
+        return False
 
     def nothing_due(self, state: ConversationState) -> str:
         return "nothing new to summarize: the latest memory covers every message"

@@ -1,0 +1,291 @@
+"""SQL for due summary work: what runners claim, across the conversations and memory tables.
+
+Work is of two kinds, both durable in PostgreSQL:
+- a conversation whose summary is due (``summary_due_at`` has come) and not yet planned: a
+  runner locks it, asks its policy for the plan and inserts the 'processing' row it then owns;
+- a 'processing' row no runner owns: queued (``lease_expires_at`` NULL: planned when a summary
+  completed, or asked for by an operator), or left by a runner that died (lease expired), which
+  is claimed again after a backoff until it has used its attempts (then the reaper fails it).
+
+Claims use row locks with SKIP LOCKED and conditional updates, so any number of replicas and
+workers can claim at once and each piece of work goes to one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.memory.types import Wake
+from app.repositories.memory import Backoff, retry_delay_sql
+
+# Work in a fair order. A tenant's turn is the number of summaries it already has running plus
+# its position among its own waiting work (oldest first); among equal turns, the tenant this
+# runner served least recently goes first (:served_tenants / :served_turns, the runner's own
+# record), then the oldest work. So a free slot goes to the tenant with the least running, in
+# round robin, and one tenant's backlog cannot hold back another's work.
+_CANDIDATES = text(
+    f"""
+    WITH running AS (
+        SELECT c.tenant_id, count(*) AS n
+        FROM memory m JOIN conversations c USING (conversation_id)
+        WHERE m.status = 'processing' AND m.lease_expires_at > now()
+        GROUP BY c.tenant_id
+    ), waiting AS (
+        SELECT m.memory_id, m.conversation_id, c.tenant_id,
+               coalesce(m.lease_expires_at, m.created_at) AS since
+        FROM memory m JOIN conversations c USING (conversation_id)
+        WHERE m.status = 'processing'
+          AND (m.lease_expires_at IS NULL
+               OR (m.attempts < :max_attempts
+                   AND m.lease_expires_at
+                       < now() - make_interval(secs => {retry_delay_sql("m.attempts")})))
+        UNION ALL
+        SELECT NULL, c.conversation_id, c.tenant_id, c.summary_due_at
+        FROM conversations c
+        WHERE c.summary_due_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM memory m
+                          WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')
+    )
+    SELECT w.memory_id, w.conversation_id, w.tenant_id
+    FROM waiting w
+    LEFT JOIN running r USING (tenant_id)
+    LEFT JOIN unnest(CAST(:served_tenants AS varchar[]), CAST(:served_turns AS bigint[]))
+              AS s(tenant_id, turn) USING (tenant_id)
+    ORDER BY row_number() OVER (PARTITION BY w.tenant_id ORDER BY w.since, w.conversation_id)
+             + coalesce(r.n, 0),
+             s.turn NULLS FIRST, w.since, w.conversation_id
+    LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A piece of work to try to claim: a 'processing' row (``memory_id``) or a due
+    conversation (``memory_id`` None)."""
+
+    conversation_id: str
+    tenant_id: str
+    memory_id: int | None
+
+
+async def candidates(
+    conn: AsyncConnection,
+    *,
+    limit: int,
+    max_attempts: int,
+    backoff: Backoff,
+    served: Mapping[str, int] | None = None,
+) -> list[Candidate]:
+    """Up to ``limit`` pieces of work, in the fair order; ``served`` maps tenants to when this
+    runner last claimed work of theirs (a counter: higher is more recent). Read without locks:
+    claiming is a separate, conditional step that may find a piece taken meanwhile."""
+    served = served or {}
+    rows = await conn.execute(
+        _CANDIDATES,
+        {
+            "limit": limit,
+            "max_attempts": max_attempts,
+            "served_tenants": list(served),
+            "served_turns": list(served.values()),
+            **backoff.params(),
+        },
+    )
+    return [
+        Candidate(conversation_id=r.conversation_id, tenant_id=r.tenant_id, memory_id=r.memory_id)
+        for r in rows
+    ]
+
+
+async def claim_rows(
+    conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
+) -> set[int]:
+    """Own queued or abandoned 'processing' rows: set their leases and count the attempts, in
+    one statement. Returns the ids this runner got (another may have taken some first)."""
+    rows = await conn.execute(
+        text(
+            f"""
+            UPDATE memory
+            SET lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1
+            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
+              AND (lease_expires_at IS NULL
+                   OR (attempts < :max_attempts
+                       AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
+            RETURNING memory_id
+            """
+        ),
+        {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
+    )
+    return {int(r.memory_id) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """A conversation locked for planning: its tenant, newest message and round, stored policy,
+    and the tool calls its last round left waiting for results."""
+
+    tenant_id: str
+    last_sequence: int
+    last_round: int
+    memory_policy: dict[str, Any]
+    open_calls: int
+    total_tokens: int
+
+
+_LOCK = """
+    SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
+           open_tool_calls, next_tokens
+    FROM conversations c
+    WHERE conversation_id = :conversation_id {condition}
+    FOR NO KEY UPDATE {skip}
+"""
+
+
+async def lock_due(conn: AsyncConnection, *, conversation_id: str) -> Locked | None:
+    """Lock a conversation whose summary is due and not in flight, skipping it when another
+    runner (or a POST to it) holds its row. The lock makes a POST that arrives meanwhile wait
+    and then compare its round against the wake point this transaction sets."""
+    condition = """AND summary_due_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM memory m
+                        WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')"""
+    return await _lock(conn, _LOCK.format(condition=condition, skip="SKIP LOCKED"), conversation_id, None)
+
+
+async def lock(conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None = None) -> Locked | None:
+    """Lock a conversation (of ``tenant_id``, when given) for planning, waiting for its row."""
+    condition = "AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)"
+    return await _lock(conn, _LOCK.format(condition=condition, skip=""), conversation_id, tenant_id)
+
+
+async def _lock(
+    conn: AsyncConnection, sql: str, conversation_id: str, tenant_id: str | None
+) -> Locked | None:
+    params: dict[str, Any] = {"conversation_id": conversation_id}
+    if ":tenant_id" in sql:
+        params["tenant_id"] = tenant_id
+    row = (await conn.execute(text(sql), params)).one_or_none()
+    if row is None:
+        return None
+    return Locked(
+        tenant_id=row.tenant_id,
+        last_sequence=int(row.last_sequence),
+        last_round=int(row.last_round),
+        memory_policy=row.memory_policy,
+        open_calls=int(row.open_tool_calls),
+        total_tokens=int(row.next_tokens),
+    )
+
+
+async def settle(conn: AsyncConnection, *, conversation_id: str, wake: Wake) -> None:
+    """Nothing is due any more (a plan was made, or the policy found nothing): clear the mark
+    and store when the policy next wants to be asked."""
+    await conn.execute(
+        text(
+            """
+            UPDATE conversations
+            SET summary_due_at = NULL, wake_round = :wake_round, wake_sequence = :wake_sequence,
+                wake_tokens = :wake_tokens
+            WHERE conversation_id = :conversation_id
+            """
+        ),
+        {
+            "conversation_id": conversation_id,
+            "wake_round": wake.round,
+            "wake_sequence": wake.sequence,
+            "wake_tokens": wake.tokens,
+        },
+    )
+
+
+async def tenant_load(conn: AsyncConnection, *, tenant_id: str) -> dict[str, Any]:
+    """A tenant's summary work across every replica: running (owned rows), queued (waiting for
+    a runner, or for a retry after their runner died), due (conversations waiting to be planned),
+    and how long the oldest due one has waited."""
+    row = (
+        await conn.execute(
+            text(
+                """
+                SELECT
+                    count(*) FILTER (WHERE m.lease_expires_at > now()) AS running,
+                    count(*) FILTER (WHERE m.lease_expires_at IS NULL OR m.lease_expires_at <= now())
+                        AS queued,
+                    (SELECT count(*) FROM conversations d
+                     WHERE d.tenant_id = :tenant_id AND d.summary_due_at IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM memory p WHERE p.conversation_id = d.conversation_id
+                                         AND p.status = 'processing')) AS due,
+                    (SELECT extract(epoch FROM now() - min(d.summary_due_at)) FROM conversations d
+                     WHERE d.tenant_id = :tenant_id AND d.summary_due_at <= now()) AS oldest_due_seconds
+                FROM memory m JOIN conversations c USING (conversation_id)
+                WHERE c.tenant_id = :tenant_id AND m.status = 'processing'
+                """
+            ),
+            {"tenant_id": tenant_id},
+        )
+    ).one()
+    return dict(row._mapping)
+
+
+async def loads_by_tenant(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """``tenant_load`` of every tenant that has summary work, by tenant id (the admin view)."""
+    rows = await conn.execute(
+        text(
+            """
+            WITH leased AS (
+                SELECT c.tenant_id,
+                       count(*) FILTER (WHERE m.lease_expires_at > now()) AS running,
+                       count(*) FILTER (WHERE m.lease_expires_at IS NULL OR m.lease_expires_at <= now())
+                           AS queued
+                FROM memory m JOIN conversations c USING (conversation_id)
+                WHERE m.status = 'processing'
+                GROUP BY c.tenant_id
+            ), marked AS (
+                SELECT tenant_id, count(*) AS due,
+                       extract(epoch FROM now() - min(summary_due_at) FILTER (WHERE summary_due_at <= now()))
+                           AS oldest_due_seconds
+                FROM conversations
+                WHERE summary_due_at IS NOT NULL
+                GROUP BY tenant_id
+            )
+            SELECT tenant_id, coalesce(l.running, 0) AS running, coalesce(l.queued, 0) AS queued,
+                   coalesce(d.due, 0) AS due, d.oldest_due_seconds
+            FROM leased l FULL JOIN marked d USING (tenant_id)
+            ORDER BY tenant_id
+            """
+        )
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def totals(conn: AsyncConnection, *, stuck_after_seconds: float) -> dict[str, Any]:
+    """The work of every tenant, for /metrics: conversations due now and how long the oldest
+    has waited, 'processing' rows queued, running (leased) and stuck (older than
+    ``stuck_after_seconds``), and failed rows. Each count reads a partial index. Run in a
+    transaction: it gives up on a lock after 100 ms, as a reading is not worth holding a pooled
+    connection a request may need (behind a migration's or an operator's table lock)."""
+    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+    row = (
+        await conn.execute(
+            text(
+                """
+                SELECT
+                    (SELECT count(*) FROM conversations WHERE summary_due_at <= now()) AS due,
+                    (SELECT extract(epoch FROM now() - min(summary_due_at)) FROM conversations
+                     WHERE summary_due_at <= now()) AS oldest_due_seconds,
+                    count(*) FILTER (WHERE lease_expires_at IS NULL OR lease_expires_at <= now())
+                        AS queued,
+                    count(*) FILTER (WHERE lease_expires_at > now()) AS running,
+                    count(*) FILTER (WHERE created_at < now() - make_interval(secs => :stuck)) AS stuck,
+                    (SELECT count(*) FROM memory WHERE status = 'failed') AS failed
+                FROM memory
+                WHERE status = 'processing'
+                """
+            ),
+            {"stuck": stuck_after_seconds},
+        )
+    ).one()
+    return dict(row._mapping)
