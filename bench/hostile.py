@@ -769,7 +769,8 @@ class Hostile:
             replica,
             sent_at,
             rid,
-            abuse.must_refuse,
+            abuse.must_refuse
+            and not (abuse.empty_context_ok and reply.status == 200 and hp.empty_context(reply.body)),
         )
         return reply
 

@@ -4,6 +4,7 @@ integers, lone surrogates and broken syntax reach the server exactly as written)
 
 from __future__ import annotations
 
+import json
 import random
 import secrets
 from collections.abc import Callable
@@ -33,6 +34,8 @@ class Abuse:
     auth: str = "a"
     # A 2xx is a finding (the README says the service refuses it).
     must_refuse: bool = True
+    # ...except a 200 empty context: what a conversation the caller cannot see reads as.
+    empty_context_ok: bool = False
     # A raw request head to send instead of one built from method/target/headers.
     raw_head: bytes | None = None
     # Bytes of the body to actually send when the declared length is a lie (None: all of it).
@@ -550,14 +553,22 @@ def huge_header(ctx: Context, rng: random.Random, keys: dict[str, str], host: st
 
 
 def cross_tenant(ctx: Context, rng: random.Random) -> Abuse:
-    """Tenant C (and B) on tenant A's conversations and memories: always a 404."""
+    """Tenant C (and B) on tenant A's conversations and memories: a 404, or for the context the
+    empty context of a conversation never written to (which must show nothing of A's)."""
     auth = rng.choice(["b", "c"])
     if not ctx.a_conversations:
         return Abuse("cross_tenant", "no_target_yet", "GET", "/conversations/hx-none/context", auth=auth)
     cid = rng.choice(ctx.a_conversations)
     pick = rng.randrange(8)
     if pick == 0:
-        return Abuse("cross_tenant", "get_context", "GET", f"/conversations/{cid}/context", auth=auth)
+        return Abuse(
+            "cross_tenant",
+            "get_context",
+            "GET",
+            f"/conversations/{cid}/context",
+            auth=auth,
+            empty_context_ok=True,
+        )
     if pick == 1:
         return Abuse("cross_tenant", "get_messages", "GET", f"/conversations/{cid}/messages", auth=auth)
     if pick == 2:
@@ -594,6 +605,20 @@ def cross_tenant(ctx: Context, rng: random.Random) -> Abuse:
         (JSON,),
         f'{{"conversation_id": "{cid}"}}'.encode(),
         auth=auth,
+    )
+
+
+def empty_context(body: bytes) -> bool:
+    """A context body that shows nothing: no summary, no message, no sequence."""
+    try:
+        context = json.loads(body)
+    except ValueError:
+        return False
+    return (
+        isinstance(context, dict)
+        and context.get("summaries") == []
+        and context.get("messages") == []
+        and context.get("last_sequence") is None
     )
 
 
