@@ -16,8 +16,8 @@ from app.schemas import AnthropicContextOut, ContextOut, MemoriesOut, OpenAICont
 router = APIRouter(tags=["context"])
 
 # The README's walk-through context in every format, rendered by the code that renders contexts.
-_RENDERER = renderer(examples.CONTEXT["policy"])
-_EXAMPLES = {
+_RENDERER = renderer(str(examples.CONTEXT["policy"]))
+_EXAMPLES: dict[str, dict[str, Any]] = {
     "application/json": {
         "json": examples.CONTEXT,
         "openai": formats.to_openai(examples.CONTEXT),
@@ -26,24 +26,25 @@ _EXAMPLES = {
     "text/plain": {"text": _RENDERER.render_text(examples.CONTEXT)},
     "text/markdown": {"markdown": _RENDERER.render_markdown(examples.CONTEXT)},
 }
+_OK: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The context in the asked format: JSON for json, openai and anthropic; "
+        "text for text and markdown.",
+        "content": {
+            media: {
+                **({} if media == "application/json" else {"schema": {"type": "string"}}),
+                "examples": {f"format={name}": {"value": value} for name, value in values.items()},
+            }
+            for media, values in _EXAMPLES.items()
+        },
+    }
+}
 
 
 @router.get(
     "/conversations/{conversation_id}/context",
     response_model=ContextOut | OpenAIContextOut | AnthropicContextOut,
-    responses={
-        200: {
-            "description": "The context in the asked format: JSON for json, openai and anthropic; "
-            "text for text and markdown.",
-            "content": {
-                media: {
-                    **({} if media == "application/json" else {"schema": {"type": "string"}}),
-                    "examples": {f"format={name}": {"value": value} for name, value in values.items()},
-                }
-                for media, values in _EXAMPLES.items()
-            },
-        }
-    }
+    responses=_OK
     | errors(
         (
             409,
