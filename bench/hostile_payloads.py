@@ -557,7 +557,14 @@ def cross_tenant(ctx: Context, rng: random.Random) -> Abuse:
     empty context of a conversation never written to (which must show nothing of A's)."""
     auth = rng.choice(["b", "c"])
     if not ctx.a_conversations:
-        return Abuse("cross_tenant", "no_target_yet", "GET", "/conversations/hx-none/context", auth=auth)
+        return Abuse(
+            "cross_tenant",
+            "no_target_yet",
+            "GET",
+            "/conversations/hx-none/context",
+            auth=auth,
+            empty_context_ok=True,
+        )
     cid = rng.choice(ctx.a_conversations)
     pick = rng.randrange(8)
     if pick == 0:
