@@ -2,7 +2,7 @@
 
 Adapters, each behind an extra of this package: ``memory_client.agents`` (a Session of the
 OpenAI Agents SDK, extra ``agents``), ``memory_client.langchain`` (a LangChain chat message
-history, extra ``langchain``) and ``memory_client.mcp`` (a Model Context Protocol server, extra
+history, extra ``langchain``) and ``memory_client.mcp_server`` (a Model Context Protocol server, extra
 ``mcp``)."""
 
 from __future__ import annotations
