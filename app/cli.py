@@ -409,8 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         help="serve the Model Context Protocol in front of a memory service (extra mcp; "
         "`memory-service mcp --help`)",
+        formatter_class=HelpFormatter,
     )
-    mcp.add_argument("args", nargs=argparse.REMAINDER)
+    mcp.add_argument("args", nargs=argparse.REMAINDER, help="see `memory-service mcp --help`")
     return parser
 
 
@@ -429,7 +430,7 @@ def cmd_mcp(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="memory-service mcp",
         description=mcp_server.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     mcp_server.add_arguments(parser)
     return mcp_server.run(parser.parse_args(argv))
