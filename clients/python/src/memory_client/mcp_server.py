@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import httpx
 from mcp.server import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -29,22 +30,22 @@ ContextFormat = Literal["json", "text", "markdown", "openai", "anthropic"]
 
 
 class Clients:
-    """One ``AsyncClient`` per API key in use (the configured one, and each MCP client's own)."""
+    """An ``AsyncClient`` for each tool call, with the caller's key (or the configured one), all
+    on one connection pool: nothing is kept per key, however many keys callers send."""
 
     def __init__(self, url: str, api_key: str | None) -> None:
         self.url, self.api_key = url, api_key
-        self._by_key: dict[str | None, AsyncClient] = {}
+        self._transport = httpx.AsyncHTTPTransport()
 
     def for_headers(self, headers: Mapping[str, str] | None) -> AsyncClient:
         key = _key_in(headers) or self.api_key
-        if key not in self._by_key:
-            # api_key="" keeps MEMORY_SERVICE_API_KEY out when neither side has a key.
-            self._by_key[key] = AsyncClient(self.url, api_key=key or "")
-        return self._by_key[key]
+        http = httpx.AsyncClient(
+            base_url=self.url, headers=_base.headers(key or ""), timeout=30.0, transport=self._transport
+        )
+        return AsyncClient(http_client=http)
 
     async def aclose(self) -> None:
-        for client in self._by_key.values():
-            await client.aclose()
+        await self._transport.aclose()
 
 
 def _key_in(headers: Mapping[str, str] | None) -> str | None:
