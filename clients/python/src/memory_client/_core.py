@@ -27,9 +27,11 @@ T = TypeVar("T")
 Json = Mapping[str, Any]
 TextFormat = Literal["text", "markdown"]
 
-# The service answers these when it refused a request before writing anything (503: the
-# database is unavailable); a gateway in front of it answers 502 and 504.
-RETRY_STATUSES = frozenset({502, 503, 504})
+# The service answers 503 when it refused a request whole (the database is unavailable): any call
+# may be sent again. A gateway's 502 and 504 may come after the service did the work, so only a
+# replayable call is sent again after them.
+REFUSED = 503
+GATEWAY_ERRORS = frozenset({502, 504})
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,10 @@ class Call(Generic[T]):
 
 @dataclass(frozen=True)
 class Retries:
-    """Retry ``max_retries`` times on connection errors, timeouts and 502/503/504, waiting
-    ``backoff * 2**attempt`` seconds (at most ``max_backoff``, with full jitter) or the
-    ``Retry-After`` the service sent."""
+    """Retry up to ``max_retries`` times, waiting ``backoff * 2**attempt`` seconds (at most
+    ``max_backoff``, with full jitter) or the ``Retry-After`` the service sent: any call after a
+    503 or a connection that could not be made; a replayable call also after a lost answer
+    (timeout, dropped connection) or a gateway's 502/504."""
 
     max_retries: int = 3
     backoff: float = 0.5
@@ -71,7 +74,8 @@ class Retries:
         if attempt >= self.max_retries:
             return False
         if response is not None:
-            return response.status_code in RETRY_STATUSES
+            status = response.status_code
+            return status == REFUSED or (call.replayable and status in GATEWAY_ERRORS)
         if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
             return True  # never reached the service
         return call.replayable and isinstance(error, httpx.TransportError)
