@@ -114,10 +114,17 @@ async def test_pop_item_is_refused_and_clear_session_starts_over(client: AsyncCl
         "agent-9", memory_policy={"name": "token_budget"}, metadata={"user": "ana"}
     )
     session = MemoryServiceSession("agent-9", client)
-    await session.add_items([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
+    await session.add_items(
+        [
+            {"role": "developer", "content": "Use metric units."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+        ]
+    )
+    assert [m.role async for m in client.iter_messages("agent-9")] == ["system", "user", "assistant"]
     with pytest.raises(UnsupportedSessionOperation, match="append-only"):
         await session.pop_item()
-    assert len(await session.get_items()) == 2  # nothing was removed
+    assert len(await session.get_items()) == 3  # nothing was removed
 
     await session.clear_session()
     assert await session.get_items() == []

@@ -65,10 +65,14 @@ class MemoryServiceSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items as one round (Chat Completions messages: function calls become an
-        assistant's ``tool_calls``, their outputs ``tool`` messages)."""
-        messages = Converter.items_to_messages(items)
+        assistant's ``tool_calls``, their outputs ``tool`` messages, developer messages system
+        ones), of at most the service's ``MEMORY_MAX_MESSAGES_PER_REQUEST`` messages."""
+        messages = cast(list[dict[str, Any]], Converter.items_to_messages(items))
+        for message in messages:
+            if message["role"] == "developer":  # the service stores Chat Completions' four roles
+                message["role"] = "system"
         if messages:
-            await self.client.append_messages(self.session_id, cast(list[dict[str, Any]], messages))
+            await self.client.append_messages(self.session_id, messages)
 
     async def pop_item(self) -> TResponseInputItem | None:
         raise UnsupportedSessionOperation(
