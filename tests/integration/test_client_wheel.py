@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 PROBE = """
 import importlib.util as u, sys
 from importlib.metadata import requires
+from importlib.resources import files
 from memory_client import Client
+print(files("memory_client").joinpath("py.typed").is_file())
 print(sorted(r for r in requires("memory-service-client") if "extra ==" not in r))
 print([m for m in ("app", "fastapi", "sqlalchemy", "agents", "langchain_core", "mcp") if u.find_spec(m)])
 with Client(sys.argv[1]) as client:
@@ -43,7 +45,8 @@ def test_the_client_wheel_installs_alone(tmp_path: Path, launch: Launch) -> None
     out = check(
         [str(venv / "bin" / "python"), "-c", PROBE, server.url], cwd=tmp_path, env=clean_env(venv / "bin")
     ).splitlines()
-    assert out[0] == "['httpx>=0.27', 'pydantic>=2.9']"
-    assert out[1] == "[]"  # nothing of the service, no adapter library
-    assert out[2] == "0"
-    assert out[3] == "agents"  # memory_client.agents needs the extra
+    assert out[0] == "True"  # typed (PEP 561)
+    assert out[1] == "['httpx>=0.27', 'pydantic>=2.9']"
+    assert out[2] == "[]"  # nothing of the service, no adapter library
+    assert out[3] == "0"
+    assert out[4] == "agents"  # memory_client.agents needs the extra

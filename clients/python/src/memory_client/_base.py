@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from memory_client import __version__
+from memory_client._version import __version__
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -22,7 +22,8 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from memory_client import __version__, _base
+from memory_client import _base
+from memory_client._version import __version__
 from memory_client.async_client import AsyncClient
 from memory_client.errors import MemoryServiceError
 
