@@ -7,9 +7,8 @@ history, extra ``langchain``) and ``memory_client.mcp_server`` (a Model Context 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from memory_client import models
+from memory_client._version import __version__
 from memory_client.async_client import AsyncClient
 from memory_client.client import Client
 from memory_client.errors import (
