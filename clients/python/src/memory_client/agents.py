@@ -14,7 +14,9 @@ The service keeps messages append-only, so:
 - ``clear_session`` deletes the conversation (its messages and summaries) and creates it again
   with the same memory policy and metadata, so the next run starts empty.
 - ``get_items`` returns the bounded context, not the full transcript: the messages a summary
-  covers come back as that summary (``memory_client.Client.iter_messages`` reads them all).
+  covers come back as that summary (``memory_client.Client.iter_messages`` reads them all). While
+  the last round's function calls wait for their outputs (a run stopped between the two), it
+  raises ``ConflictError``: no model would take that history; store the outputs first.
 """
 
 from __future__ import annotations
