@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
 from agents.memory import Session
-from memory_client import AsyncClient
+from memory_client import AsyncClient, ConflictError
 from memory_client.agents import MemoryServiceSession, UnsupportedSessionOperation
 from openai import AsyncOpenAI
 
@@ -131,3 +131,19 @@ async def test_pop_item_is_refused_and_clear_session_starts_over(client: AsyncCl
     conversation = await client.get_conversation("agent-9")
     assert conversation.memory_policy["name"] == "token_budget" and conversation.metadata == {"user": "ana"}
     await MemoryServiceSession("never-written", client).clear_session()
+
+
+async def test_a_call_waiting_for_its_output_is_a_conflict_until_the_output_is_stored(
+    client: AsyncClient,
+) -> None:
+    session = MemoryServiceSession("agent-10", client)
+    call = {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": "{}"}
+    await session.add_items([{"role": "user", "content": "Weather?"}, call])  # type: ignore[list-item]
+    with pytest.raises(ConflictError, match="call_9"):
+        await session.get_items()
+    await session.add_items([{"type": "function_call_output", "call_id": "call_9", "output": "17C"}])
+    assert [item.get("type", "message") for item in await session.get_items()] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
