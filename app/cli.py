@@ -1,5 +1,5 @@
 """`memory-service`: serve (migrating first), run a summary worker, migrate, show the effective
-settings, and run the ops queries on the database directly."""
+settings, run the ops queries on the database directly, and serve MCP in front of a service."""
 
 from __future__ import annotations
 
@@ -402,10 +402,44 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     retry.add_argument("memory_id", type=int, metavar="ID", help="the memory to retry")
+
+    # Parsed by memory_client.mcp_server (see cmd_mcp); listed here for --help.
+    mcp = sub.add_parser(
+        "mcp",
+        add_help=False,
+        help="serve the Model Context Protocol in front of a memory service (extra mcp; "
+        "`memory-service mcp --help`)",
+        formatter_class=HelpFormatter,
+    )
+    mcp.add_argument("args", nargs=argparse.REMAINDER, help="see `memory-service mcp --help`")
     return parser
 
 
+def cmd_mcp(argv: list[str]) -> int:
+    """`memory-service mcp`: the client package's MCP server, a client of the service over HTTP
+    (it needs no database and none of the service's settings)."""
+    try:
+        from memory_client import mcp_server
+    except ImportError as exc:
+        print(
+            f"memory-service: `mcp` needs the mcp extra ({exc}): uv run --extra mcp memory-service mcp, "
+            "or pip install 'memory-service-client[mcp]' and run memory-service-mcp",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    parser = argparse.ArgumentParser(
+        prog="memory-service mcp",
+        description=mcp_server.__doc__,
+        formatter_class=HelpFormatter,
+    )
+    mcp_server.add_arguments(parser)
+    return mcp_server.run(parser.parse_args(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mcp"]:
+        return cmd_mcp(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings()

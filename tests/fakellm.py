@@ -76,6 +76,9 @@ class FakeLLM:
         # Requests to the Anthropic Messages endpoint (answered at once with a canned message).
         self.anthropic_requests: list[dict[str, Any]] = []
         self.hold = False
+        # Assistant messages (tool calls too) that the next calls without a memory job answer, in
+        # order: an agent's turns, for the adapters' tests.
+        self.agent_replies: list[dict[str, Any]] = []
         self._failures: list[_Failure] = []
         self._cond = threading.Condition()
         fake = self
@@ -112,6 +115,10 @@ class FakeLLM:
                         },
                         headers,
                     )
+                    return
+                if not call.job and fake.agent_replies:
+                    reply = fake.agent_replies.pop(0)
+                    self._reply(200, _completion(body.get("model", "fake"), "", _tokens(body), reply))
                     return
                 text = call.answer
                 if text is None:
@@ -167,6 +174,7 @@ class FakeLLM:
             self.release_all()
             self.calls.clear()
             self.anthropic_requests.clear()
+            self.agent_replies.clear()
             self._failures.clear()
             self.hold = False
             self.latency_seconds = 0.0
@@ -239,7 +247,12 @@ def _tokens(body: dict[str, Any]) -> int:
     return sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
 
 
-def _completion(model: str, text: str, prompt_tokens: int = 0) -> dict[str, Any]:
+def _completion(
+    model: str, text: str, prompt_tokens: int = 0, message: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A chat completion answering ``text``, or ``message`` (an assistant message, tool calls and
+    all) when given."""
+    message = message or {"role": "assistant", "content": text}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -248,8 +261,8 @@ def _completion(model: str, text: str, prompt_tokens: int = 0) -> dict[str, Any]
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
             }
         ],
         "usage": {

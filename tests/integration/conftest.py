@@ -197,3 +197,34 @@ def launch(database_url: str, llm: FakeLLM, tmp_path: Path) -> Iterator[Launch]:
     llm.release_all()
     for server in servers:
         server.stop()
+
+
+# Keys of the service that the client and adapter tests start (tests/integration/test_client.py).
+TENANT_KEY = "tenant-a-key-0123456789"
+OTHER_TENANT_KEY = "tenant-b-key-0123456789"
+ADMIN_KEY = "admin-key-0123456789abc"
+
+
+@pytest.fixture(scope="module")
+def service(
+    database_url: str, fake_llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One `memory-service serve` for a module of client tests (each test's database is still
+    truncated by clean_database), with API keys for two tenants and the admin key."""
+    server = ServerProcess(
+        {
+            "DATABASE_URL": database_url,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": fake_llm_server.base_url,
+            "MEMORY_SUMMARIZER": "openai",
+            "MEMORY_LLM_MAX_RETRIES": "0",
+            "MEMORY_API_KEYS": f"a:{TENANT_KEY},b:{OTHER_TENANT_KEY}",
+            "MEMORY_ADMIN_KEY": ADMIN_KEY,
+        },
+        tmp_path_factory.mktemp("service") / "server.log",
+    )
+    try:
+        yield server.wait_ready()
+    finally:
+        fake_llm_server.release_all()
+        server.stop()

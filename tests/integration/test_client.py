@@ -1,0 +1,302 @@
+"""The client package (clients/python) against a real `memory-service serve`: every operation of
+the OpenAPI document has a method in both clients and a model that matches its schema; calls,
+errors, tenants and retries behave as documented."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from memory_client import (
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    ConflictError,
+    InvalidRequestError,
+    MemoryServiceError,
+    NotFoundError,
+    UnavailableError,
+    models,
+)
+
+from tests.fakellm import FakeLLM
+from tests.integration.conftest import ADMIN_KEY, OTHER_TENANT_KEY, TENANT_KEY
+from tests.integration.proxies import FaultyProxy
+from tests.integration.servers import ServerProcess
+
+ROUND: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Kyoto?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city": "Kyoto"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "17C, rain"},
+    {"role": "assistant", "content": "17C with rain."},
+]
+
+
+def rounds(n: int) -> list[list[dict[str, Any]]]:
+    return [
+        [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"Answer {i}."}]
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def client(service: ServerProcess) -> Iterator[Client]:
+    with Client(service.url, api_key=TENANT_KEY, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+def openapi(service: ServerProcess) -> dict[str, Any]:
+    schema: dict[str, Any] = httpx.get(
+        f"{service.url}/openapi.json", headers={"X-API-Key": TENANT_KEY}
+    ).json()
+    return schema
+
+
+def operations(openapi: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        operation["operationId"]: operation
+        for path in openapi["paths"].values()
+        for operation in path.values()
+    }
+
+
+def test_every_operation_has_a_method_in_both_clients(openapi: dict[str, Any]) -> None:
+    """A new endpoint of the service fails this until it has a function in memory_client._core and
+    a method in each client (named after its operation id)."""
+    ids = set(operations(openapi))
+    assert len(ids) >= 30
+    for kind in (Client, AsyncClient):
+        missing = sorted(i for i in ids if not callable(getattr(kind, i, None)))
+        assert not missing, f"{kind.__name__} has no method for {missing}"
+    for name in ids:
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+        assert not inspect.iscoroutinefunction(getattr(Client, name)), name
+
+
+def test_every_model_matches_the_service_schema(openapi: dict[str, Any]) -> None:
+    """Each client model has the fields of the service's schema of the same name (less ``Out``):
+    the service cannot add, drop or make optional a field unnoticed."""
+    schemas = openapi["components"]["schemas"]
+    checked = 0
+    for name, kind in vars(models).items():
+        if not (isinstance(kind, type) and issubclass(kind, models.Model)) or kind is models.Model:
+            continue
+        schema = schemas.get(f"{name}Out") or schemas.get(name)
+        if schema is None:  # the forms of the context (format=openai, anthropic) have no schema
+            assert name in {"OpenAIContext", "AnthropicContext"}, name
+            continue
+        fields = {f for f in kind.model_fields if f != "replayed"}
+        assert fields == set(schema["properties"]), name
+        required = {f for f, info in kind.model_fields.items() if info.is_required()}
+        assert required <= set(schema.get("required", [])), name
+        checked += 1
+    assert checked >= 25
+
+
+def test_a_conversation_round_trip(client: Client) -> None:
+    created = client.create_conversation(
+        "trip-1", memory_policy={"name": "sliding_window", "window_size": 4}, metadata={"user": "ana"}
+    )
+    assert created.memory_policy["window_size"] == 4 and created.metadata == {"user": "ana"}
+    first = client.append_messages("trip-1", ROUND, metadata={"channel": "web"})
+    assert (first.round, first.created, first.replayed) == (0, False, False)
+    assert [m.type for m in first.messages] == ["message", "tool_call", "tool_result", "message"]
+    assert [m.to_openai() for m in first.messages] == ROUND
+
+    context = client.get_context("trip-1", context_window=1000)
+    assert [m.sequence for m in context.messages] == [0, 1, 2, 3]
+    assert context.tokens.total > 0 and context.context_window is not None
+    assert client.get_openai_context("trip-1").messages == ROUND
+    anthropic = client.get_anthropic_context("trip-1")
+    assert anthropic.messages[0]["role"] == "user"
+    assert "Kyoto" in client.get_text_context("trip-1", format="markdown")
+
+    for messages in rounds(3):
+        client.append_messages("trip-1", messages)
+    assert client.get_context("trip-1", max_tokens=40).truncated
+    page = client.list_messages("trip-1", limit=3)
+    assert len(page.messages) == 3 and page.next_after_sequence == 2
+    assert [m.sequence for m in client.iter_messages("trip-1", page_size=4)] == list(range(10))
+    assert client.get_conversation("trip-1").round_count == 4
+    updated = client.update_conversation("trip-1", memory_policy={"name": "sliding_window", "window_size": 6})
+    assert updated.memory_policy["window_size"] == 6
+    assert [c.conversation_id for c in client.list_conversations(include_metadata=True).conversations] == [
+        "trip-1"
+    ]
+    assert client.list_memories("trip-1").conversation_id == "trip-1"
+    assert client.get_memory_chain("trip-1").conversation_id == "trip-1"
+    client.delete_conversation("trip-1")
+    with pytest.raises(NotFoundError):
+        client.get_conversation("trip-1")
+
+
+def test_summaries_and_ops(client: Client, llm: FakeLLM) -> None:
+    llm.hold = True
+    client.create_conversation("ops-1", memory_policy={"name": "sliding_window", "summarize_after_seq": 50})
+    for messages in rounds(2):
+        client.append_messages("ops-1", messages)
+    started = client.summarize_now("ops-1")
+    assert (started.status, started.end_sequence) == ("processing", 3)
+    llm.wait_for_calls(1)
+    with pytest.raises(ConflictError):
+        client.compress("ops-1")  # one is processing
+    assert [m.memory_id for m in client.list_stuck_memories(older_than_seconds=0)] == [started.memory_id]
+    assert client.get_context("ops-1").processing is not None
+    llm.release_all()
+    assert client.list_failed_memories(limit=5) == []
+    assert client.list_failing_conversations() == []
+    assert isinstance(client.get_window_progression(limit=5), list)
+    assert client.get_generation_stats().total_summaries >= 0
+    assert client.get_runner_stats().runs_summaries
+    with pytest.raises(NotFoundError):
+        client.retry_memory(999_999)
+    assert client.healthz().status == "ok"
+    assert client.readyz().status == "ready"
+
+
+def test_the_admin_operations(service: ServerProcess, client: Client) -> None:
+    client.append_messages("admin-1", rounds(1)[0])
+    with Client(service.url, api_key=ADMIN_KEY) as admin:
+        assert admin.admin_memory_chain("admin-1").memories == []
+        assert admin.admin_stuck_memories() == []
+        assert admin.admin_failed_memories(limit=3) == []
+        assert admin.admin_failing_conversations(limit=3) == []
+        assert admin.admin_window_progression(limit=3) == []
+        assert admin.admin_generation_stats().total_summaries == 0
+        assert isinstance(admin.admin_runner_stats().tenants, list)
+        with pytest.raises(NotFoundError):
+            admin.admin_retry_memory(999_999)
+        assert admin.admin_summarize_now("admin-1").end_sequence == 1
+    with pytest.raises(AuthenticationError) as forbidden:
+        client.admin_runner_stats()
+    assert forbidden.value.status_code == 403
+
+
+def test_errors_carry_status_code_and_detail(service: ServerProcess, client: Client) -> None:
+    client.create_conversation("taken")
+    with pytest.raises(ConflictError) as conflict:
+        client.create_conversation("taken")
+    assert (conflict.value.status_code, conflict.value.code) == (409, "conflict")
+    assert "taken" in conflict.value.detail
+    with pytest.raises(InvalidRequestError) as invalid:
+        client.append_messages("taken", [{"role": "robot", "content": "hi"}])
+    assert invalid.value.code == "invalid_request"
+    assert invalid.value.detail[0]["loc"][:3] == ["body", "messages", 0]
+    with pytest.raises(NotFoundError) as missing:
+        client.list_memories("never-written")
+    assert missing.value.code == "not_found" and missing.value.request_id
+    with (
+        Client(service.url, api_key="not-a-key-0123456789") as stranger,
+        pytest.raises(AuthenticationError) as unauthorized,
+    ):
+        stranger.list_conversations()
+    assert (unauthorized.value.status_code, unauthorized.value.code) == (401, "unauthorized")
+
+
+def test_each_tenant_sees_its_own_conversations(service: ServerProcess, client: Client) -> None:
+    client.append_messages("shared-id", rounds(1)[0])
+    with Client(service.url, api_key=OTHER_TENANT_KEY) as other:
+        assert other.list_conversations().conversations == []
+        assert other.get_context("shared-id").messages == []  # reads as never written
+        with pytest.raises(NotFoundError):
+            other.get_conversation("shared-id")
+
+
+def test_the_environment_configures_the_client(
+    service: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORY_SERVICE_URL", service.url)
+    monkeypatch.setenv("MEMORY_SERVICE_API_KEY", TENANT_KEY)
+    with Client() as client:
+        assert client.list_conversations().conversations == []
+
+
+async def test_the_async_client(service: ServerProcess) -> None:
+    async with AsyncClient(service.url, api_key=TENANT_KEY) as client:
+        appended = await client.append_messages("async-1", ROUND)
+        assert appended.created
+        context = await client.get_context("async-1")
+        assert [m.to_openai() for m in context.messages] == ROUND
+        assert [m.sequence async for m in client.iter_messages("async-1", page_size=3)] == [0, 1, 2, 3]
+        with pytest.raises(NotFoundError) as missing:
+            await client.get_conversation("nope")
+        assert missing.value.status_code == 404
+
+
+# ---- Retries ----
+
+
+@pytest.fixture
+def proxy(service: ServerProcess) -> Iterator[FaultyProxy]:
+    faulty = FaultyProxy(service.port)
+    yield faulty
+    faulty.close()
+
+
+def test_a_lost_answer_is_retried_with_the_same_key_and_stored_once(
+    client: Client, proxy: FaultyProxy
+) -> None:
+    proxy.faults.extend(["drop_response", "drop_response"])
+    with Client(proxy.url, api_key=TENANT_KEY, max_retries=2) as flaky:
+        result = flaky.append_messages("retry-1", ROUND)
+    assert result.replayed and result.round == 0
+    keys = {
+        line
+        for r in proxy.requests
+        for line in r.split(b"\r\n")
+        if line.lower().startswith(b"idempotency-key")
+    }
+    assert len(proxy.requests) == 2 and len(keys) == 1
+    assert len(list(client.iter_messages("retry-1"))) == 4
+
+
+async def test_the_async_client_retries_a_lost_answer_once_stored(client: Client, proxy: FaultyProxy) -> None:
+    proxy.faults.append("drop_response")
+    async with AsyncClient(proxy.url, api_key=TENANT_KEY, max_retries=1) as flaky:
+        result = await flaky.append_messages("retry-2", ROUND, idempotency_key="my-key-1")
+    assert result.replayed
+    assert client.get_conversation("retry-2").message_count == 4
+
+
+def test_a_503_is_retried_after_its_retry_after(client: Client, proxy: FaultyProxy) -> None:
+    proxy.faults.extend(["unavailable", "unavailable"])
+    with Client(proxy.url, api_key=TENANT_KEY, max_retries=2) as flaky:
+        created = flaky.create_conversation("retry-3")
+    assert created.conversation_id == "retry-3" and len(proxy.requests) == 2
+
+
+def test_retries_give_up_with_the_last_error(proxy: FaultyProxy) -> None:
+    proxy.faults.extend(["unavailable", "unavailable"])
+    with (
+        Client(proxy.url, api_key=TENANT_KEY, max_retries=1) as flaky,
+        pytest.raises(UnavailableError) as unavailable,
+    ):
+        flaky.list_conversations()
+    assert unavailable.value.code == "unavailable" and isinstance(unavailable.value, MemoryServiceError)
+
+
+def test_a_write_without_a_key_is_not_retried_after_a_lost_answer(client: Client, proxy: FaultyProxy) -> None:
+    """Creating a conversation carries no Idempotency-Key: a retry could not tell a lost answer
+    from a taken id, so the transport error is raised and the conversation exists once."""
+    proxy.faults.append("drop_response")
+    with (
+        Client(proxy.url, api_key=TENANT_KEY, max_retries=3) as flaky,
+        pytest.raises(httpx.TransportError),
+    ):
+        flaky.create_conversation("retry-4")
+    assert len(proxy.requests) == 1
+    assert client.get_conversation("retry-4").conversation_id == "retry-4"
