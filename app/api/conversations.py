@@ -305,14 +305,12 @@ async def get_stats(
     ),
 )
 async def export_conversation(
-    conversation_id: ConversationIdPath, service: ServiceDep, settings: SettingsDep, tenant: TenantDep
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
 ) -> Response:
     """The whole conversation as one JSON document (seed 003's exportSession): its policy and
     metadata, every entry as posted with its round, type, tokens and time, and every memory row.
     POST /conversations/import takes it back."""
-    body = await service.export_conversation(
-        tenant_id=tenant, conversation_id=conversation_id, max_rows=settings.MEMORY_MAX_IMPORT_ENTRIES
-    )
+    body = await service.export_conversation(tenant_id=tenant, conversation_id=conversation_id)
     return Response(content=body, media_type="application/json")
 
 
@@ -355,7 +353,6 @@ async def export_conversation(
 async def import_conversation(
     body: ConversationExport,
     service: ServiceDep,
-    settings: SettingsDep,
     tenant: TenantDep,
     conversation_id: Annotated[
         str | None,
@@ -366,19 +363,6 @@ async def import_conversation(
     their sequences, rounds, times and token counts, memory rows get new ids (their bases
     follow). Summaries that were in flight when it was exported are not imported: the policy is
     asked again, as after a round, and `summary_due` says whether a summary starts."""
-    limit = settings.MEMORY_MAX_IMPORT_ENTRIES
-    for name, rows in (("entries", body.entries), ("memory rows", body.memories)):
-        if len(rows) > limit:
-            raise PayloadTooLarge(
-                f"the document has {len(rows)} {name}; the limit is {limit} (MEMORY_MAX_IMPORT_ENTRIES)"
-            )
-    for index, entry in enumerate(body.entries):
-        size = 0 if entry.content is None else content_chars(entry.content)
-        if size > settings.MEMORY_MAX_MESSAGE_CHARS:
-            raise PayloadTooLarge(
-                f"entries[{index}].content has {size} characters; "
-                f"the limit is {settings.MEMORY_MAX_MESSAGE_CHARS} (MEMORY_MAX_MESSAGE_CHARS)"
-            )
     return await service.import_conversation(tenant_id=tenant, document=body, conversation_id=conversation_id)
 
 

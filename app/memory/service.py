@@ -44,7 +44,7 @@ from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
 from app.repositories.rounds import Refused
 from app.repositories.work import Locked
-from app.schemas import ConversationExport
+from app.schemas import ConversationExport, content_chars
 
 # Rounds larger than this (characters of content and tool calls) are counted in a thread.
 COUNT_IN_THREAD_CHARS = 16_384
@@ -77,6 +77,9 @@ class Limits:
     max_page_bytes: int
     max_metadata_bytes: int
     max_metadata_keys: int
+    # An import document's entries and memory rows (each), and one entry's content.
+    max_import_entries: int = 50_000
+    max_message_chars: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -873,10 +876,10 @@ class MemoryService:
             raise NotFound(f"conversation {conversation_id!r} not found")
         return found
 
-    async def export_conversation(self, *, tenant_id: str, conversation_id: str, max_rows: int) -> str:
+    async def export_conversation(self, *, tenant_id: str, conversation_id: str) -> str:
         """The conversation as an export document (JSON text built by the database, one snapshot).
-        One with more than ``max_rows`` entries or memory rows is refused (413): it could not be
-        imported (MEMORY_MAX_IMPORT_ENTRIES)."""
+        One with more entries or memory rows than an import takes is refused (413)."""
+        max_rows = self.limits.max_import_entries
         async with self.engine.connect() as conn:
             size = await transfer.size(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if size is None:
@@ -900,6 +903,7 @@ class MemoryService:
         sequences, rounds, times and token counts; memory rows get new ids; summaries that were
         in flight are dropped. Then the policy is asked, as after a round, whether a summary is
         due: if so a runner starts it, else the conversation's next wake point is stored."""
+        self._check_import_size(document)
         plan = plan_import(document.entries, document.memories)
         target = conversation_id or document.conversation.conversation_id
         policy = build_policy(document.conversation.memory_policy)
@@ -948,6 +952,21 @@ class MemoryService:
             "dropped_processing": plan.dropped_processing,
             "summary_due": due,
         }
+
+    def _check_import_size(self, document: ConversationExport) -> None:
+        limit = self.limits.max_import_entries
+        for name, rows in (("entries", document.entries), ("memory rows", document.memories)):
+            if len(rows) > limit:
+                raise PayloadTooLarge(
+                    f"the document has {len(rows)} {name}; the limit is {limit} (MEMORY_MAX_IMPORT_ENTRIES)"
+                )
+        for index, entry in enumerate(document.entries):
+            size = 0 if entry.content is None else content_chars(entry.content)
+            if size > self.limits.max_message_chars:
+                raise PayloadTooLarge(
+                    f"entries[{index}].content has {size} characters; "
+                    f"the limit is {self.limits.max_message_chars} (MEMORY_MAX_MESSAGE_CHARS)"
+                )
 
     async def clear_messages(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
         """Seed 003's clearSession: entries and summaries go, the conversation and its policy

@@ -7,6 +7,7 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -14,6 +15,7 @@ import pytest
 
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import App, AppFactory
+from tests.integration.test_cli import run
 
 POLICIES: dict[str, dict[str, Any]] = {
     "sliding_window": {"name": "sliding_window", "window_size": 4, "summarize_after_seq": 3},
@@ -419,3 +421,41 @@ async def test_a_round_racing_a_clear_is_either_before_or_after_it(api: App, db:
     row = await db.fetchrow("SELECT next_sequence, next_tokens FROM conversations")
     assert row["next_sequence"] == len(sequences)
     assert row["next_tokens"] == await db.fetchval("SELECT coalesce(sum(tokens), 0) FROM messages")
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+
+async def test_cli_export_and_import(
+    api: App, database_url: str, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await build(api, "cli", "rolling_blocks", rounds=5)
+    document = await export(api, "cli")
+
+    def cli(*args: str) -> tuple[int, str, str, float]:
+        return run(*args, cwd=tmp_path, DATABASE_URL=database_url, MEMORY_SUMMARIZER="offline")
+
+    target = tmp_path / "cli.json"
+    (code, _, err, _), (to_stdout, out, _, _), (missing, _, gone, _) = await asyncio.gather(
+        asyncio.to_thread(cli, "export", "cli", "-o", str(target)),
+        asyncio.to_thread(cli, "export", "cli"),
+        asyncio.to_thread(cli, "export", "nobody"),
+    )
+    assert code == 0, err
+    assert json.loads(target.read_text()) == document == json.loads(out) and to_stdout == 0
+    assert missing == 1 and gone.strip() == "memory-service: conversation 'nobody' not found"
+
+    bad = copy.deepcopy(document)
+    bad["entries"][2]["round"] = 5
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    (imported, out, err, _), (taken, _, conflict, _), (refused, _, why, _) = await asyncio.gather(
+        asyncio.to_thread(cli, "import", str(target), "--conversation-id", "cli-copy"),
+        asyncio.to_thread(cli, "import", str(target)),
+        asyncio.to_thread(cli, "import", str(tmp_path / "bad.json"), "--conversation-id", "bad"),
+    )
+    assert imported == 0, err
+    assert json.loads(out)["conversation_id"] == "cli-copy"
+    assert without_ids(await export(api, "cli-copy")) == without_ids(document)
+    assert taken == 1 and conflict.strip() == "memory-service: conversation 'cli' already exists"
+    assert refused == 1 and why.strip().startswith("memory-service: invalid document: body.entries.2.round: ")
+    assert await db.fetchval("SELECT count(*) FROM conversations") == 2
