@@ -132,7 +132,8 @@ class RequestBody(BaseModel):
     @classmethod
     def _unknown_fields(cls, value: object) -> object:
         if isinstance(value, dict):
-            unknown = [key for key in value if key not in cls.model_fields]
+            known = cls.model_fields  # a property: read once, not per key
+            unknown = [key for key in value if key not in known]
             if unknown:
                 named = ", ".join(repr(key)[:40] for key in unknown[:5])
                 more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
