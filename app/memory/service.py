@@ -906,7 +906,8 @@ class MemoryService:
         self._check_import_size(document)
         plan = plan_import(document.entries, document.memories)
         target = conversation_id or document.conversation.conversation_id
-        policy = build_policy(document.conversation.memory_policy)
+        # Parameters a hand-written document leaves out take the deployment's defaults, as on create.
+        policy = build_policy(resolve(document.conversation.memory_policy, self.parameter_defaults))
         kept = [document.memories[i] for i in plan.kept_memories]
         due = False
         async with self.engine.begin() as conn:
