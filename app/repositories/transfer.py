@@ -145,53 +145,62 @@ async def insert_conversation(
     return None if inserted is None else (int(inserted.bytes), int(inserted.keys))
 
 
+_MESSAGE_COLUMNS = (
+    "conversation_id",
+    "sequence",
+    "round",
+    "role",
+    "content",
+    "metadata",
+    "content_bytes",
+    "kind",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "source",
+    "tokens",
+    "tokens_before",
+    "boundary",
+    "created_at",
+)
+
+
 async def insert_entries(
     conn: AsyncConnection, *, conversation_id: str, entries: Sequence[Any], plan: ImportPlan
 ) -> None:
-    """Every entry, its tool calls and their results, in three statements (unnest of arrays)."""
-    contents = [_json(e.content) for e in entries]
-    await conn.execute(
-        text(
-            """
-            INSERT INTO messages (conversation_id, sequence, round, role, content, metadata, content_bytes,
-                                  kind, name, tool_calls, tool_call_id, source, tokens, tokens_before,
-                                  boundary, created_at)
-            SELECT :conversation_id, t.sequence, t.round, t.role, t.content::json, t.metadata::json,
-                   coalesce(octet_length(t.content), 0) + coalesce(octet_length(t.metadata), 0)
-                       + coalesce(octet_length(t.tool_calls), 0),
-                   t.kind, t.name, t.tool_calls::json, t.tool_call_id, t.source, t.tokens, t.tokens_before,
-                   t.boundary, t.created_at
-            FROM unnest(CAST(:sequences AS int[]), CAST(:rounds AS int[]), CAST(:roles AS varchar[]),
-                        CAST(:contents AS text[]), CAST(:metadata AS text[]), CAST(:kinds AS varchar[]),
-                        CAST(:names AS varchar[]), CAST(:tool_calls AS text[]),
-                        CAST(:tool_call_ids AS varchar[]), CAST(:sources AS varchar[]),
-                        CAST(:tokens AS int[]), CAST(:tokens_before AS bigint[]),
-                        CAST(:boundaries AS boolean[]), CAST(:created AS timestamptz[]))
-                 AS t(sequence, round, role, content, metadata, kind, name, tool_calls, tool_call_id,
-                      source, tokens, tokens_before, boundary, created_at)
-            """
-        ),
-        {
-            "conversation_id": conversation_id,
-            "sequences": [e.sequence for e in entries],
-            "rounds": [e.round for e in entries],
-            "roles": [e.role for e in entries],
-            "contents": contents,
-            "metadata": [_json(e.metadata) for e in entries],
-            "kinds": [e.type for e in entries],
-            "names": [e.name for e in entries],
-            "tool_calls": [
-                None if e.tool_calls is None else _json([c.model_dump() for c in e.tool_calls])
-                for e in entries
-            ],
-            "tool_call_ids": [e.tool_call_id for e in entries],
-            "sources": [e.source for e in entries],
-            "tokens": [e.tokens for e in entries],
-            "tokens_before": plan.tokens_before,
-            "boundaries": plan.boundaries,
-            "created": [e.created_at for e in entries],
-        },
-    )
+    """Every entry with COPY (in the caller's transaction: half as long as an INSERT of arrays
+    for 10,000 entries), then its tool calls and their results."""
+    records = []
+    for entry, before, boundary in zip(entries, plan.tokens_before, plan.boundaries, strict=True):
+        content, metadata = _json(entry.content), _json(entry.metadata)
+        calls = None if entry.tool_calls is None else _json([c.model_dump() for c in entry.tool_calls])
+        # What the append stores: the bytes the entry adds to a response.
+        size = sum(len(part.encode()) for part in (content, metadata, calls) if part is not None)
+        records.append(
+            (
+                conversation_id,
+                entry.sequence,
+                entry.round,
+                entry.role,
+                content,
+                metadata,
+                size,
+                entry.type,
+                entry.name,
+                calls,
+                entry.tool_call_id,
+                entry.source,
+                entry.tokens,
+                before,
+                boundary,
+                entry.created_at,
+            )
+        )
+    if records:
+        raw = await conn.get_raw_connection()
+        await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+            "messages", records=records, columns=_MESSAGE_COLUMNS
+        )
     for table, pairs in (("tool_calls", plan.calls), ("tool_results", plan.results)):
         if pairs:
             await conn.execute(
