@@ -588,7 +588,7 @@ async def context_json(
 # Seed 003's getStats, from the context read's pieces: the conversation's running totals and the
 # summaries it shows (chain_cte, as CONTEXT_SQL), with the entries up to the newest one's end
 # counted as compressed. Each value is an index probe: the cost does not grow with history.
-_STATS = text(
+STATS_SQL = text(
     f"""
     WITH RECURSIVE conv AS (
         SELECT next_sequence, next_tokens, context_summaries, memory_policy ->> 'name' AS policy
@@ -624,7 +624,7 @@ async def stats(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) 
     tokens in all, compressed (up to the newest summary the context shows) and active (after
     it), the shown summaries and their tokens, and what they save."""
     row = (
-        await conn.execute(_STATS, {"conversation_id": conversation_id, "tenant_id": tenant_id})
+        await conn.execute(STATS_SQL, {"conversation_id": conversation_id, "tenant_id": tenant_id})
     ).one_or_none()
     if row is None:
         return None

@@ -12,7 +12,9 @@ from typing import Any
 
 import asyncpg
 import pytest
+from sqlalchemy import text
 
+from app.repositories.memory import STATS_SQL
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import App, AppFactory
 from tests.integration.test_cli import run
@@ -459,3 +461,70 @@ async def test_cli_export_and_import(
     assert taken == 1 and conflict.strip() == "memory-service: conversation 'cli' already exists"
     assert refused == 1 and why.strip().startswith("memory-service: invalid document: body.entries.2.round: ")
     assert await db.fetchval("SELECT count(*) FROM conversations") == 2
+
+
+def synthetic(cid: str, entries: int, summaries: list[tuple[int, int]]) -> dict[str, Any]:
+    """A token_budget document of one-message rounds of 5 tokens, with compressions over these
+    (start, end) entries."""
+    when = "2026-04-01T09:00:00.000000Z"
+    return {
+        "format": "memory-service.conversation",
+        "version": 1,
+        "conversation": {
+            "conversation_id": cid,
+            "created_at": when,
+            "memory_policy": {"name": "token_budget", "max_entries": 100_000, "max_tokens": 10_000_000},
+            "metadata": {},
+        },
+        "entries": [
+            {
+                "sequence": i,
+                "round": i,
+                "type": "message",
+                "role": "user",
+                "content": f"Entry {i}.",
+                "tokens": 5,
+            }
+            | {"created_at": when}
+            for i in range(entries)
+        ],
+        "memories": [
+            {
+                "memory_id": k + 1,
+                "kind": "compression",
+                "status": "completed",
+                "start_sequence": start,
+                "end_sequence": end,
+                "start_round": start,
+                "end_round": end,
+                "input_start_sequence": start,
+                "text": f"Entries {start}-{end}.",
+                "tokens": 4,
+                "input_tokens": 5 * (end - start + 1),
+                "created_at": when,
+                "attempts": 1,
+            }
+            for k, (start, end) in enumerate(summaries)
+        ],
+    }
+
+
+async def test_stats_cost_the_same_at_any_length(api: App, db: asyncpg.Connection) -> None:
+    """The stats statement reads as many buffers for 20,000 entries as for 1,000 (same summaries)."""
+    buffers = {}
+    for cid, size in (("short", 1_000), ("long", 20_000)):
+        third = size // 3
+        await import_doc(
+            api, synthetic(cid, size, [(0, third), (third + 1, 2 * third), (2 * third + 1, size - 10)])
+        )
+        stats = (await api.client.get(f"/conversations/{cid}/stats")).json()
+        assert (stats["summaries"], stats["active_entries"], stats["total_tokens"]) == (3, 9, 5 * size)
+        assert stats["tokens_saved"] == 5 * (size - 9) - 12
+        async with api.service.engine.connect() as conn:
+            plan = await conn.scalar(
+                text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + STATS_SQL.text),
+                {"conversation_id": cid, "tenant_id": "default"},
+            )
+        top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        buffers[cid] = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert buffers["long"] <= buffers["short"] + 4, buffers
