@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from decimal import Decimal
@@ -279,6 +280,91 @@ def cmd_ops(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_FAILED
 
 
+# ---- export and import -------------------------------------------------------------------------
+
+
+def _conversation_id(value: str) -> str:
+    from app.schemas import CONVERSATION_ID_PATTERN
+
+    if not re.fullmatch(CONVERSATION_ID_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is no conversation id (1-50 of A-Z a-z 0-9 . _ : -, starting with a letter or digit)"
+        )
+    return value
+
+
+def _refused(message: str) -> int:
+    print(f"memory-service: {message}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    """GET /conversations/{id}/export, on the database directly: the document to FILE or stdout."""
+    from app.errors import AppError
+    from app.runtime import running_service
+
+    ready_database(settings, migrate=False)
+
+    async def run() -> str:
+        async with running_service(settings, run_summaries=False) as service:
+            return await service.export_conversation(
+                tenant_id=args.tenant, conversation_id=args.conversation_id
+            )
+
+    try:
+        body = asyncio.run(run())
+    except AppError as exc:  # no such conversation, or too large to import again
+        return _refused(exc.message)
+    if args.output == "-":
+        sys.stdout.write(body + "\n")
+    else:
+        Path(args.output).write_text(body + "\n", encoding="utf-8")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    """POST /conversations/import, on the database directly: reads FILE (or stdin), prints what
+    was imported."""
+    from pydantic import ValidationError
+
+    from app.errors import AppError, Invalid
+    from app.runtime import running_service
+    from app.schemas import ConversationExport
+
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        return _refused(f"cannot read {args.file}: {exc.strerror}")
+    if len(data) > settings.MEMORY_MAX_IMPORT_BYTES:
+        return _refused(
+            f"the document is {len(data)} bytes; the limit is {settings.MEMORY_MAX_IMPORT_BYTES} "
+            "(MEMORY_MAX_IMPORT_BYTES)"
+        )
+    try:
+        document = ConversationExport.model_validate(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        return _refused(f"{args.file} is not JSON")
+    except ValidationError as exc:
+        shown = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]]
+        return _refused("invalid document: " + "; ".join(shown))
+    ready_database(settings, migrate=False)
+
+    async def run() -> dict[str, Any]:
+        # A summary it makes due is started by a replica or worker (this process runs none).
+        async with running_service(settings, run_summaries=False) as service:
+            return await service.import_conversation(
+                tenant_id=args.tenant, document=document, conversation_id=args.conversation_id
+            )
+
+    try:
+        _print_json(asyncio.run(run()))
+    except Invalid as exc:  # the document contradicts itself: say where
+        return _refused(f"invalid document: {'.'.join(map(str, exc.loc))}: {exc.message}")
+    except AppError as exc:  # the id is taken, or a limit passed
+        return _refused(exc.message)
+    return 0
+
+
 # ---- the command line --------------------------------------------------------------------------
 
 
@@ -412,6 +498,39 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="see `memory-service mcp --help`")
+
+    export = sub.add_parser(
+        "export",
+        parents=[tenant],
+        help="write a conversation's export document (GET /conversations/ID/export)",
+        description="The conversation as one JSON document: its policy and metadata, every entry as "
+        "posted and every memory row; `memory-service import` (or POST /conversations/import) takes "
+        "it back. Read on the database directly.",
+        formatter_class=HelpFormatter,
+    )
+    export.add_argument("conversation_id", type=_conversation_id, metavar="ID", help="the conversation")
+    export.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write it ('-': stdout)")
+    export.set_defaults(handler=cmd_export)
+
+    load = sub.add_parser(
+        "import",
+        parents=[tenant],
+        help="store an export document as a conversation (POST /conversations/import)",
+        description="Store an export document in one transaction, on the database directly, and "
+        "print what was stored. A document that contradicts itself, an id that is taken or a "
+        "limit passed stores nothing (exit code 1). Summaries in flight when it was exported are "
+        "not imported; a summary it makes due is started by a running replica or worker.",
+        formatter_class=HelpFormatter,
+    )
+    load.add_argument("file", metavar="FILE", help="the document ('-': stdin)")
+    load.add_argument(
+        "--conversation-id",
+        type=_conversation_id,
+        default=None,
+        metavar="ID",
+        help="store it under this id (default: the document's)",
+    )
+    load.set_defaults(handler=cmd_import)
     return parser
 
 

@@ -54,6 +54,8 @@ ADMIN_PREFIX = "/admin/"
 _ADMIN_IDENTITY = "*admin*"
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# A conversation's export document may be larger than any other body: its own bound.
+IMPORT_PATH = "/conversations/import"
 # A request line plus headers; more is a 431 (httptools) or 400 (h11). h11's default, and Node's.
 MAX_HEAD_BYTES = 16 * 1024
 MAX_REQUEST_ID_CHARS = 128
@@ -151,8 +153,8 @@ class BodyTooLarge(HTTPException):
     """Raised by ``receive`` once a body passes the limit: the app's HTTPException handler answers
     it with a JSON 413 (and the middleware does, if the app lets it through)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(status_code=413, detail=body_too_large_detail(limit))
+    def __init__(self, limit: int, setting: str = "MEMORY_MAX_BODY_BYTES") -> None:
+        super().__init__(status_code=413, detail=body_too_large_detail(limit, setting))
 
 
 class BodyTimedOut(HTTPException):
@@ -165,8 +167,8 @@ class BodyTimedOut(HTTPException):
         )
 
 
-def body_too_large_detail(limit: int) -> str:
-    return f"request body larger than {limit} bytes (MEMORY_MAX_BODY_BYTES)"
+def body_too_large_detail(limit: int, setting: str = "MEMORY_MAX_BODY_BYTES") -> str:
+    return f"request body larger than {limit} bytes ({setting})"
 
 
 async def _send_json(
@@ -223,6 +225,7 @@ class EdgeMiddleware:
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.max_body = settings.MEMORY_MAX_BODY_BYTES
+        self.max_import = settings.MEMORY_MAX_IMPORT_BYTES
         self.body_timeout = settings.MEMORY_HEADER_TIMEOUT_SECONDS
         self.keys = api_key_digests(settings)
         self.open_paths = OPEN_PATHS | DOCS_PATHS if docs_public(settings) else OPEN_PATHS
@@ -296,9 +299,13 @@ class EdgeMiddleware:
                 return
             state[TENANT] = tenant
 
+        if path == IMPORT_PATH and scope.get("method") == "POST":
+            max_body, setting = self.max_import, "MEMORY_MAX_IMPORT_BYTES"
+        else:
+            max_body, setting = self.max_body, "MEMORY_MAX_BODY_BYTES"
         declared = _header(headers, b"content-length") or ""
-        if declared.isascii() and declared.isdigit() and int(declared) > self.max_body:
-            detail = body_too_large_detail(self.max_body)
+        if declared.isascii() and declared.isdigit() and int(declared) > max_body:
+            detail = body_too_large_detail(max_body, setting)
             await _send_json(send_with_id, 413, {"detail": detail, "code": "payload_too_large"})
             return
 
@@ -306,8 +313,8 @@ class EdgeMiddleware:
 
         async def receive_within_limit() -> Message:
             nonlocal received
-            if received > self.max_body:
-                raise BodyTooLarge(self.max_body)
+            if received > max_body:
+                raise BodyTooLarge(max_body, setting)
             try:
                 # A body that trickles in holds a connection and a worker: each piece must come
                 # within the head's deadline.
@@ -317,8 +324,8 @@ class EdgeMiddleware:
                 raise BodyTimedOut(self.body_timeout) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body:
-                    raise BodyTooLarge(self.max_body)
+                if received > max_body:
+                    raise BodyTooLarge(max_body, setting)
             return message
 
         try:

@@ -68,6 +68,8 @@ async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIt
             max_page_bytes=settings.MEMORY_MAX_PAGE_BYTES,
             max_metadata_bytes=settings.MEMORY_MAX_METADATA_BYTES,
             max_metadata_keys=settings.MEMORY_MAX_METADATA_KEYS,
+            max_import_entries=settings.MEMORY_MAX_IMPORT_ENTRIES,
+            max_message_chars=settings.MEMORY_MAX_MESSAGE_CHARS,
         ),
         retries=Retries(
             backoff=Backoff(

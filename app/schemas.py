@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -131,7 +132,8 @@ class RequestBody(BaseModel):
     @classmethod
     def _unknown_fields(cls, value: object) -> object:
         if isinstance(value, dict):
-            unknown = [key for key in value if key not in cls.model_fields]
+            known = cls.model_fields  # a property: read once, not per key
+            unknown = [key for key in value if key not in known]
             if unknown:
                 named = ", ".join(repr(key)[:40] for key in unknown[:5])
                 more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
@@ -601,6 +603,122 @@ class RunnerStats(BaseModel):
     llm_circuit: CircuitState = Field(description="closed, open (no summary starts) or half_open.")
     llm_consecutive_failures: int
     llm_circuit_retry_in_seconds: float
+
+
+# ---- Stats, export and import, clearing -----------------------------------------------------------
+
+
+class StatsOut(BaseModel):
+    model_config = _examples(examples.STATS)
+
+    conversation_id: str
+    policy: PolicyName
+    total_entries: int = Field(description="Every stored entry (message, tool call, tool result, context).")
+    active_entries: int = Field(description="Entries after the newest summary the context shows: shown raw.")
+    compressed_entries: int = Field(
+        description="Entries up to the newest shown summary's end: the summaries stand for them."
+    )
+    summaries: int = Field(description="Completed summaries the context shows.")
+    total_tokens: int
+    active_tokens: int = Field(description="Tokens of the active entries.")
+    compressed_tokens: int = Field(description="Tokens of the compressed entries.")
+    summary_tokens: int = Field(description="Tokens of the summaries the context shows.")
+    context_tokens: int = Field(description="summary_tokens + active_tokens: the context before any cap.")
+    tokens_saved: int = Field(
+        description="compressed_tokens - summary_tokens: what the summaries save (seed 003's tokensSaved)."
+    )
+    processing: bool = Field(description="Whether a summary of the conversation is in flight.")
+
+
+# Timestamps are read leniently (ISO strings), the rest of a document strictly.
+Timestamp = Annotated[AwareDatetime, Field(strict=False)]
+_INT32 = 2**31 - 1
+
+
+class ExportedConversation(RequestBody):
+    conversation_id: str = Field(pattern=CONVERSATION_ID_PATTERN)
+    created_at: Timestamp
+    memory_policy: PolicyConfig = Field(description="The resolved policy: its name and every parameter.")
+    metadata: dict[MetadataKey, MetadataValue]
+
+
+class ExportedEntry(MessageIn):
+    """A stored entry: the chat message as posted, its place, type, tokens and time."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.MESSAGES[0]]})
+
+    sequence: int = Field(ge=0, le=_INT32)
+    round: int = Field(ge=0, le=_INT32)
+    type: EntryType = Field(description="Seed 003's entry type; must agree with role and tool calls.")  # type: ignore[assignment]
+    tokens: int = Field(ge=0, le=_INT32, description="As counted when the entry was first stored.")
+    created_at: Timestamp
+
+    @model_validator(mode="after")
+    def _typed(self) -> ExportedEntry:
+        if self.type != self.entry_type:
+            raise ValueError(f"an entry with this role and these fields has type {self.entry_type!r}")
+        return self
+
+
+class ExportedMemory(RequestBody):
+    """A memory row: a summary (or its failed attempt) over a range of entries."""
+
+    model_config = _examples(examples.EXPORTED_MEMORY)
+
+    memory_id: int = Field(ge=1, le=_INT32, description="Its id in this document (import gives new ones).")
+    kind: MemoryKind
+    status: MemoryStatus
+    start_sequence: int = Field(ge=0, le=_INT32)
+    end_sequence: int = Field(ge=0, le=_INT32)
+    start_round: int = Field(ge=0, le=_INT32)
+    end_round: int = Field(ge=0, le=_INT32)
+    input_start_sequence: int = Field(ge=0, le=_INT32)
+    base_memory_id: int | None = Field(default=None, ge=1, le=_INT32)
+    text: str = Field(max_length=10_000_000, pattern=_NO_NUL)
+    tokens: int = Field(ge=0, le=_INT32)
+    input_tokens: int = Field(ge=0, le=2**62)
+    from_at: Timestamp | None = None
+    to_at: Timestamp | None = None
+    created_at: Timestamp
+    completed_at: Timestamp | None = None
+    generation_time_ms: int | None = Field(default=None, ge=0, le=_INT32)
+    attempts: int = Field(ge=0, le=_INT32)
+    error: str | None = Field(default=None, max_length=10_000, pattern=_NO_NUL)
+
+
+class ConversationExport(RequestBody):
+    """A whole conversation: what GET .../export answers and POST /conversations/import takes."""
+
+    model_config = _examples(examples.EXPORT)
+
+    format: Literal["memory-service.conversation"]
+    version: Literal[1]
+    conversation: ExportedConversation
+    entries: list[ExportedEntry] = Field(description="Every entry, by sequence from 0.")
+    memories: list[ExportedMemory] = Field(description="Every memory row, by memory_id.")
+
+
+class ImportedOut(BaseModel):
+    model_config = _examples(examples.IMPORTED)
+
+    conversation_id: str
+    entries: int
+    memories: int = Field(description="Memory rows stored (completed and failed).")
+    dropped_processing: int = Field(
+        description="Summaries that were in flight when exported: not imported; the policy plans again."
+    )
+    summary_due: bool = Field(description="Whether a summary is due at once (a runner starts it).")
+
+
+class ClearedOut(BaseModel):
+    model_config = _examples(examples.CLEARED)
+
+    conversation_id: str
+    entries: int = Field(description="Entries deleted.")
+    memories: int = Field(description="Memory rows deleted.")
+    dropped_processing: int | None = Field(
+        description="The summary that was in flight (dropped: its result is discarded), if any."
+    )
 
 
 # ---- Errors: every error body is {"detail", "code"} (app.api.responses documents each status) ----

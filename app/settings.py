@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     MEMORY_MAX_CONTEXT_MESSAGES: int = Field(default=1000, ge=1)
     MEMORY_MAX_CONTEXT_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
     MEMORY_MAX_PAGE_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # POST /conversations/import: the document's bytes (in place of MEMORY_MAX_BODY_BYTES on that
+    # route) and its entries and memory rows; GET .../export refuses what import would.
+    MEMORY_MAX_IMPORT_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024)
+    MEMORY_MAX_IMPORT_ENTRIES: int = Field(default=50_000, ge=1)
     # A conversation whose summaries keep failing waits before the next try: after its n-th
     # failure in a row (n >= 2), base * 2^(n-2), capped.
     MEMORY_SUMMARY_BACKOFF_SECONDS: float = Field(default=30.0, ge=0)

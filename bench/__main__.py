@@ -10,7 +10,8 @@ Scenarios: context (GET context on conversations of 10 / 1,000 / 100,000 message
 policy: sliding window and rolling blocks), post (POST latency with a 0 s and a 2 s LLM), mixed
 (1,000 conversations, 50 clients, GET + POST rounds, with a 1 s and a 2 s LLM: summary lag, LLM
 calls and CPU per round, drain), floor (a minimal Starlette + asyncpg app running the same SQL),
-tokens (context and LLM input size over 300 rounds against sending the full history), append
+tokens (context and LLM input size over 300 rounds against sending the full history), transfer
+(export and import time of a 10,000-entry conversation), append
 (POST throughput of an API replica with summaries off, with a worker, combined, two combined
 replicas, and the write floor), sizing (summaries/s of a worker per
 MEMORY_MAX_CONCURRENT_SUMMARIES with a 1 s LLM).

@@ -45,7 +45,7 @@ from bench.textgen import rng_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = ROOT / "bench" / "results"
-SCENARIOS = ("context", "post", "mixed", "floor", "tokens", "append", "sizing")
+SCENARIOS = ("context", "post", "mixed", "floor", "tokens", "transfer", "append", "sizing")
 
 
 @dataclass
@@ -609,6 +609,7 @@ class Bench:
                 ("post", scenarios.post_latency),
                 ("mixed", scenarios.mixed),
                 ("tokens", scenarios.tokens),
+                ("transfer", scenarios.transfer),
                 ("append", scenarios.append_throughput),
                 ("sizing", scenarios.summary_concurrency),
             ):

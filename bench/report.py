@@ -149,6 +149,11 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         check("append: HTTP errors", errors, errors == 0)
         late = sum(1 for d in a["drains"] if d["timed_out"])
         check("append: drains that timed out", late, late == 0)
+    if "transfer" in res:
+        x = res["transfer"]
+        check(
+            "transfer: export, import, export identical", x["round_trip_identical"], x["round_trip_identical"]
+        )
     if "sizing" in res:
         runs = res["sizing"]["runs"].values()
         failed = sum(r["failed"] for r in runs)
@@ -276,6 +281,15 @@ def render(doc: dict[str, Any]) -> str:
         )
     if "append" in res:
         out.extend(_render_append(res["append"]))
+    if "transfer" in res:
+        x = res["transfer"]
+        out.append(
+            f"\n[8] Export and import of a token_budget conversation: {x['entries']:,} entries, "
+            f"{x['memories']} memory rows, {x['document_bytes']:,} bytes; "
+            f"export {x['export_median_seconds']:.3f} s, "
+            f"import {x['import_median_seconds']:.3f} s (medians of 3, client wall time); round trip "
+            f"{'identical' if x['round_trip_identical'] else 'DIFFERENT'}"
+        )
     if "sizing" in res:
         out.extend(_render_sizing(res["sizing"]))
     targets, checks = doc["targets"], doc["checks"]

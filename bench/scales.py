@@ -43,6 +43,8 @@ class Scale:
     sizing_seconds: float
     # waiting for background summaries to finish after a load run
     drain_timeout_seconds: float
+    # 8: export and import of one token_budget conversation of this many entries
+    transfer_entries: int = 10_000
 
 
 SCALES: dict[str, Scale] = {
@@ -76,6 +78,7 @@ SCALES: dict[str, Scale] = {
         sizing_warmup_seconds=0.3,
         sizing_seconds=1.0,
         drain_timeout_seconds=60.0,
+        transfer_entries=500,
     ),
     "full": Scale(
         name="full",
@@ -107,6 +110,7 @@ SCALES: dict[str, Scale] = {
         sizing_warmup_seconds=4.0,
         sizing_seconds=12.0,
         drain_timeout_seconds=900.0,
+        transfer_entries=10_000,
     ),
 }
 

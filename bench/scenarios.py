@@ -1,4 +1,4 @@
-"""The five scenarios. Each returns a JSON-able dict; checks and targets are derived in report."""
+"""The scenarios. Each returns a JSON-able dict; checks and targets are derived in report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import re
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from app.repositories.memory import CONTEXT_SQL
 from bench.floor_app import CONTEXT_LIMITS
@@ -675,6 +677,103 @@ async def _wait_summary(b: Bench, cid: str, limit_seconds: float = 60.0) -> int:
         "SELECT status FROM memory WHERE conversation_id = $1 ORDER BY memory_id DESC LIMIT 1", cid
     )
     return 1 if latest == "failed" else 0
+
+
+# ---- 8: export and import ----------------------------------------------------------------------
+
+TRANSFER_ROUND = 50  # entries per POST: ten exchanges of a question, two tool calls, their results, an answer
+
+
+def _transfer_round(r: int) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for k in range(TRANSFER_ROUND // 5):
+        n = r * 100 + k
+        calls = [
+            {
+                "id": f"c{n}-{i}",
+                "type": "function",
+                "function": {"name": "search", "arguments": f'{{"q": {i}}}'},
+            }
+            for i in (1, 2)
+        ]
+        entries += [
+            {"role": "user", "content": f"Step {n}: find the two files that define the parser, please."},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": f"c{n}-1", "content": f"src/parser_{n}.py: 120 lines"},
+            {
+                "role": "tool",
+                "tool_call_id": f"c{n}-2",
+                "content": {"path": f"src/lexer_{n}.py", "lines": 80},
+            },
+            {"role": "assistant", "content": f"Found both for step {n}: the parser and its lexer."},
+        ]
+    return entries
+
+
+def _ids_aside(doc: dict[str, Any]) -> dict[str, Any]:
+    rank = {m["memory_id"]: i for i, m in enumerate(doc["memories"])}
+    memories = [
+        m | {"memory_id": rank[m["memory_id"]], "base_memory_id": rank.get(m["base_memory_id"])}
+        for m in doc["memories"]
+    ]
+    conversation = {k: v for k, v in doc["conversation"].items() if k != "conversation_id"}
+    return doc | {"conversation": conversation, "memories": memories}
+
+
+async def transfer(b: Bench) -> dict[str, Any]:
+    """GET .../export and POST /conversations/import of one token_budget conversation of
+    scale.transfer_entries entries (tool exchanges, compressions and folds made by the service
+    with the fake LLM at 0 s): wall time per call, 3 of each, and whether export, import and
+    export again give the same document (ids aside)."""
+    url = b.svc.base_url
+    cid = "xfer-0"
+    await b.llm_control(latency=0, reset=True)
+    created = await b.http.post(
+        f"{url}/conversations", json={"conversation_id": cid, "memory_policy": {"name": "token_budget"}}
+    )
+    created.raise_for_status()
+    for r in range(max(1, b.scale.transfer_entries // TRANSFER_ROUND)):
+        posted = await b.http.post(
+            f"{url}/conversations/{cid}/messages", json={"messages": _transfer_round(r)}
+        )
+        if posted.status_code != 201:
+            raise RuntimeError(f"POST round {r}: HTTP {posted.status_code} {posted.text[:300]}")
+    drain = await b.wait_idle(b.scale.drain_timeout_seconds)
+    exports: list[float] = []
+    body = b""
+    for _ in range(3):
+        t0 = time.perf_counter()
+        response = await b.http.get(f"{url}/conversations/{cid}/export")
+        exports.append(time.perf_counter() - t0)
+        response.raise_for_status()
+        body = response.content
+    imports: list[float] = []
+    for i in range(3):
+        t0 = time.perf_counter()
+        response = await b.http.post(
+            f"{url}/conversations/import",
+            content=body,
+            params={"conversation_id": f"xfer-copy-{i}"},
+            headers={"content-type": "application/json"},
+        )
+        imports.append(time.perf_counter() - t0)
+        if response.status_code != 201:
+            raise RuntimeError(f"import: HTTP {response.status_code} {response.text[:300]}")
+    again = await b.http.get(f"{url}/conversations/xfer-copy-0/export")
+    again.raise_for_status()
+    original = orjson.loads(body)
+    await b.wait_idle(b.scale.drain_timeout_seconds)
+    return {
+        "entries": len(original["entries"]),
+        "memories": len(original["memories"]),
+        "document_bytes": len(body),
+        "drain": drain,
+        "export_seconds": [round(x, 4) for x in exports],
+        "import_seconds": [round(x, 4) for x in imports],
+        "export_median_seconds": round(median(exports), 4),
+        "import_median_seconds": round(median(imports), 4),
+        "round_trip_identical": _ids_aside(orjson.loads(again.content)) == _ids_aside(original),
+    }
 
 
 # ---- 6: append throughput per deployment -------------------------------------------------------

@@ -14,11 +14,15 @@ from app.schemas import (
     CONVERSATION_ID_PATTERN,
     AppendMessagesIn,
     AppendMessagesOut,
+    ClearedOut,
+    ConversationExport,
     ConversationOut,
     ConversationsPageOut,
     CreateConversationIn,
+    ImportedOut,
     MemoryStarted,
     MessagesPageOut,
+    StatsOut,
     UpdateConversationIn,
     content_chars,
 )
@@ -265,3 +269,112 @@ async def list_conversations(
         "conversations": page,
         "next_after": page[-1]["conversation_id"] if len(page) == limit else None,
     }
+
+
+# ---- stats, export and import, clearing (seed 003) ------------------------------------------------
+
+
+@router.get(
+    "/conversations/{conversation_id}/stats",
+    response_model=StatsOut,
+    responses=errors(404, 422, 503),
+)
+async def get_stats(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Seed 003's getStats for any policy: entries and tokens in all, compressed (up to the newest
+    summary the context shows) and active (after it), the shown summaries and the tokens they
+    save. Costs the same however long the conversation is."""
+    return await service.stats(tenant_id=tenant, conversation_id=conversation_id)
+
+
+@router.get(
+    "/conversations/{conversation_id}/export",
+    response_model=ConversationExport,
+    responses=errors(
+        404,
+        (
+            413,
+            "The conversation has more entries or memory rows than an import takes "
+            "(MEMORY_MAX_IMPORT_ENTRIES).",
+            "the conversation has 60000 entries and 12 memory rows; an export holds at most 50000 of "
+            "each (MEMORY_MAX_IMPORT_ENTRIES)",
+        ),
+        422,
+        503,
+    ),
+)
+async def export_conversation(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> Response:
+    """The whole conversation as one JSON document (seed 003's exportSession): its policy and
+    metadata, every entry as posted with its round, type, tokens and time, and every memory row.
+    POST /conversations/import takes it back."""
+    body = await service.export_conversation(tenant_id=tenant, conversation_id=conversation_id)
+    return Response(content=body, media_type="application/json")
+
+
+@router.post(
+    "/conversations/import",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ImportedOut,
+    responses=errors(
+        400,
+        (
+            409,
+            "The conversation id is taken (by this tenant or another).",
+            "conversation 'demo' already exists",
+        ),
+        (
+            413,
+            "The document is over MEMORY_MAX_IMPORT_BYTES, has more entries or memory rows than "
+            "MEMORY_MAX_IMPORT_ENTRIES, an entry longer than MEMORY_MAX_MESSAGE_CHARS, or metadata "
+            "over the metadata limits.",
+            "the document has 60000 entries; the limit is 50000 (MEMORY_MAX_IMPORT_ENTRIES)",
+        ),
+        415,
+        (
+            422,
+            "A field is invalid, or the document contradicts itself (sequences with gaps, a memory "
+            "range outside the entries, a tool result without its call, a base memory that does not "
+            "exist, ...): each error names where.",
+            [
+                {
+                    "loc": ["body", "entries", 4, "sequence"],
+                    "msg": "entries must be numbered 0, 1, 2, ... in order, without gaps or repeats: "
+                    "entry 4 has sequence 5",
+                    "type": "value_error",
+                }
+            ],
+        ),
+        503,
+    ),
+)
+async def import_conversation(
+    body: ConversationExport,
+    service: ServiceDep,
+    tenant: TenantDep,
+    conversation_id: Annotated[
+        str | None,
+        Query(pattern=CONVERSATION_ID_PATTERN, description="Import under this id (default: the document's)."),
+    ] = None,
+) -> dict[str, Any]:
+    """Store an exported conversation (seed 003's importSession), in one transaction: entries keep
+    their sequences, rounds, times and token counts, memory rows get new ids (their bases
+    follow). Summaries that were in flight when it was exported are not imported: the policy is
+    asked again, as after a round, and `summary_due` says whether a summary starts."""
+    return await service.import_conversation(tenant_id=tenant, document=body, conversation_id=conversation_id)
+
+
+@router.delete(
+    "/conversations/{conversation_id}/messages",
+    response_model=ClearedOut,
+    responses=errors(404, 422, 503),
+)
+async def clear_messages(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Seed 003's clearSession: delete every entry and memory row (a summary in flight is
+    dropped, its result discarded) and start again from sequence and round 0, as a new
+    conversation; the conversation, its policy and its metadata stay."""
+    return await service.clear_messages(tenant_id=tenant, conversation_id=conversation_id)

@@ -240,3 +240,61 @@ RUNNER_STATS = {
     "llm_consecutive_failures": 0,
     "llm_circuit_retry_in_seconds": 0.0,
 }
+
+# Stats, export and import, clearing: the walk-through's `demo` after its first summary.
+DEMO_TOKENS = sum(sum(round_tokens) for round_tokens in TOKENS)
+STATS = {
+    "conversation_id": "demo",
+    "policy": "sliding_window",
+    "total_entries": 6,
+    "active_entries": 0,
+    "compressed_entries": 6,
+    "summaries": 1,
+    "total_tokens": DEMO_TOKENS,
+    "active_tokens": 0,
+    "compressed_tokens": DEMO_TOKENS,
+    "summary_tokens": 52,
+    "context_tokens": 52,
+    "tokens_saved": DEMO_TOKENS - 52,
+    "processing": False,
+}
+EXPORTED_MEMORY = {
+    key: MEMORY[key]
+    for key in (
+        "memory_id",
+        "kind",
+        "status",
+        "start_sequence",
+        "end_sequence",
+        "start_round",
+        "end_round",
+        "input_start_sequence",
+        "base_memory_id",
+        "text",
+        "created_at",
+        "completed_at",
+        "generation_time_ms",
+        "attempts",
+        "error",
+    )
+} | {key: CONTEXT_SUMMARY[key] for key in ("tokens", "input_tokens", "from_at", "to_at")}
+EXPORT = {
+    "format": "memory-service.conversation",
+    "version": 1,
+    "conversation": {
+        "conversation_id": "demo",
+        "created_at": ROUND_TIMES[0],
+        "memory_policy": SLIDING_WINDOW | {"summarize_every": 1},
+        "metadata": {"channel": "web"},
+    },
+    "entries": MESSAGES,
+    "memories": [EXPORTED_MEMORY],
+}
+IMPORTED = {
+    "conversation_id": "demo-copy",
+    "entries": 6,
+    "memories": 1,
+    "dropped_processing": 0,
+    "summary_due": False,
+}
+CLEARED = {"conversation_id": "demo", "entries": 6, "memories": 1, "dropped_processing": None}

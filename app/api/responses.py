@@ -56,8 +56,8 @@ ERRORS: dict[int, ErrorDoc] = {
     409: ErrorDoc("conflict", "Conflict with the stored state.", "conversation 'trip-42' already exists"),
     413: ErrorDoc(
         "payload_too_large",
-        "A body over MEMORY_MAX_BODY_BYTES: refused before it is read when its Content-Length says "
-        "so, else once it passes the limit.",
+        "A body over MEMORY_MAX_BODY_BYTES (MEMORY_MAX_IMPORT_BYTES for POST /conversations/import): "
+        "refused before it is read when its Content-Length says so, else once it passes the limit.",
         "request body larger than 4194304 bytes (MEMORY_MAX_BODY_BYTES)",
     ),
     415: ErrorDoc(

@@ -37,12 +37,14 @@ from app.memory.policies import (
 )
 from app.memory.runner import RUN_LIMIT_MARGIN_SECONDS, SummaryRunner
 from app.memory.tokens import TokenCounter
+from app.memory.transfer import plan_import, renumber
 from app.memory.types import ConversationState, MemoryRef, SummaryJob, SummaryPlan, Trigger
-from app.repositories import conversations, idempotency, memory, messages, rounds, work
+from app.repositories import conversations, idempotency, memory, messages, rounds, transfer, work
 from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
 from app.repositories.rounds import Refused
 from app.repositories.work import Locked
+from app.schemas import ConversationExport, content_chars
 
 # Rounds larger than this (characters of content and tool calls) are counted in a thread.
 COUNT_IN_THREAD_CHARS = 16_384
@@ -75,6 +77,9 @@ class Limits:
     max_page_bytes: int
     max_metadata_bytes: int
     max_metadata_keys: int
+    # An import document's entries and memory rows (each), and one entry's content.
+    max_import_entries: int = 50_000
+    max_message_chars: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -860,6 +865,130 @@ class MemoryService:
     async def _require(self, conn: AsyncConnection, *, tenant_id: str | None, conversation_id: str) -> None:
         if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):
             raise NotFound(f"conversation {conversation_id!r} not found")
+
+    # ---- stats, export and import, clearing (seed 003) ----------------------------------------
+
+    async def stats(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+        """Seed 003's getStats (app.repositories.memory.stats), for every policy."""
+        async with self.engine.connect() as conn:
+            found = await memory.stats(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+        if found is None:
+            raise NotFound(f"conversation {conversation_id!r} not found")
+        return found
+
+    async def export_conversation(self, *, tenant_id: str, conversation_id: str) -> str:
+        """The conversation as an export document (JSON text built by the database, one snapshot).
+        One with more entries or memory rows than an import takes is refused (413)."""
+        max_rows = self.limits.max_import_entries
+        async with self.engine.connect() as conn:
+            size = await transfer.size(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if size is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            if max(size) > max_rows:
+                raise PayloadTooLarge(
+                    f"the conversation has {size[0]} entries and {size[1]} memory rows; an export holds at "
+                    f"most {max_rows} of each (MEMORY_MAX_IMPORT_ENTRIES)"
+                )
+            body = await transfer.export_json(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+        if body is None:  # deleted between the two statements
+            raise NotFound(f"conversation {conversation_id!r} not found")
+        return body
+
+    async def import_conversation(
+        self, *, tenant_id: str, document: ConversationExport, conversation_id: str | None
+    ) -> dict[str, Any]:
+        """Store an export document as a conversation (under ``conversation_id``, else the
+        document's), in one transaction: checked first (app.memory.transfer: 422 naming the first
+        problem), 409 when the id is taken, 413 past the metadata limits. Entries keep their
+        sequences, rounds, times and token counts; memory rows get new ids; summaries that were
+        in flight are dropped. Then the policy is asked, as after a round, whether a summary is
+        due: if so a runner starts it, else the conversation's next wake point is stored."""
+        self._check_import_size(document)
+        plan = plan_import(document.entries, document.memories)
+        target = conversation_id or document.conversation.conversation_id
+        # Parameters a hand-written document leaves out take the deployment's defaults, as on create.
+        policy = build_policy(resolve(document.conversation.memory_policy, self.parameter_defaults))
+        kept = [document.memories[i] for i in plan.kept_memories]
+        due = False
+        async with self.engine.begin() as conn:
+            metadata_size = await transfer.insert_conversation(
+                conn,
+                new=transfer.NewConversation(
+                    conversation_id=target,
+                    tenant_id=tenant_id,
+                    created_at=document.conversation.created_at,
+                    metadata=document.conversation.metadata,
+                    memory_policy=policy_dump(policy.config),
+                    context=policy.context,
+                ),
+                plan=plan,
+            )
+            if metadata_size is None:
+                raise Conflict(f"conversation {target!r} already exists")
+            self._check_metadata(*metadata_size)
+            await transfer.insert_entries(conn, conversation_id=target, entries=document.entries, plan=plan)
+            ids = await transfer.new_memory_ids(conn, count=len(kept))
+            await transfer.insert_memories(
+                conn, conversation_id=target, rows=kept, ids=renumber([r.memory_id for r in kept], ids)
+            )
+            locked = await work.lock(conn, conversation_id=target)
+            assert locked is not None  # inserted above
+            if locked.last_sequence < 0:
+                await work.settle(conn, conversation_id=target, wake=policy.wake(EMPTY))
+            else:
+                policy, state, summary = await self._plan(
+                    conn, conversation_id=target, locked=locked, trigger=Trigger.ROUND_END
+                )
+                due = summary is not None
+                if due:
+                    await transfer.mark_due(conn, conversation_id=target)
+                else:
+                    await work.settle(conn, conversation_id=target, wake=policy.wake(state))
+        if due:
+            self.runner.poke()
+        return {
+            "conversation_id": target,
+            "entries": plan.next_sequence,
+            "memories": len(kept),
+            "dropped_processing": plan.dropped_processing,
+            "summary_due": due,
+        }
+
+    def _check_import_size(self, document: ConversationExport) -> None:
+        limit = self.limits.max_import_entries
+        for name, rows in (("entries", document.entries), ("memory rows", document.memories)):
+            if len(rows) > limit:
+                raise PayloadTooLarge(
+                    f"the document has {len(rows)} {name}; the limit is {limit} (MEMORY_MAX_IMPORT_ENTRIES)"
+                )
+        for index, entry in enumerate(document.entries):
+            size = 0 if entry.content is None else content_chars(entry.content)
+            if size > self.limits.max_message_chars:
+                raise PayloadTooLarge(
+                    f"entries[{index}].content has {size} characters; "
+                    f"the limit is {self.limits.max_message_chars} (MEMORY_MAX_MESSAGE_CHARS)"
+                )
+
+    async def clear_messages(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+        """Seed 003's clearSession: entries and summaries go, the conversation and its policy
+        stay, and it starts again as a new one would (app.repositories.transfer.clear). A summary
+        in flight is dropped: its completion finds no row and changes nothing."""
+        async with self.engine.begin() as conn:
+            locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if locked is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            policy = load_policy(locked.memory_policy)
+            cleared = await transfer.clear(conn, conversation_id=conversation_id, wake=policy.wake(EMPTY))
+        if cleared.dropped_processing is not None:
+            logger.info(
+                "Cleared %s: summary %d in flight dropped", conversation_id, cleared.dropped_processing
+            )
+        return {
+            "conversation_id": conversation_id,
+            "entries": cleared.entries,
+            "memories": cleared.memories,
+            "dropped_processing": cleared.dropped_processing,
+        }
 
     # ---- ops (``tenant_id`` None: every tenant, for the admin key) -------------------------
 

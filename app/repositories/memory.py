@@ -585,6 +585,70 @@ async def context_json(
         return result
 
 
+# Seed 003's getStats, from the context read's pieces: the conversation's running totals and the
+# summaries it shows (chain_cte, as CONTEXT_SQL), with the entries up to the newest one's end
+# counted as compressed. Each value is an index probe: the cost does not grow with history.
+STATS_SQL = text(
+    f"""
+    WITH RECURSIVE conv AS (
+        SELECT next_sequence, next_tokens, context_summaries, memory_policy ->> 'name' AS policy
+        FROM conversations
+        WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id
+    ), {
+        chain_cte(
+            "chain",
+            "m.memory_id, m.start_sequence, m.end_sequence, m.tokens",
+            conversation=":conversation_id",
+            limit="(SELECT context_summaries FROM conv)",
+            within="AND EXISTS (SELECT 1 FROM conv)",
+        )
+    }, covered AS (
+        SELECT coalesce(max(end_sequence), -1) AS end_sequence, count(*) AS summaries,
+               coalesce(sum(tokens), 0) AS summary_tokens
+        FROM chain
+    )
+    SELECT conv.policy, conv.next_sequence AS total_entries, covered.end_sequence + 1 AS compressed_entries,
+           covered.summaries, conv.next_tokens AS total_tokens, covered.summary_tokens,
+           coalesce((SELECT m.tokens_before + m.tokens FROM messages m
+                     WHERE m.conversation_id = :conversation_id AND m.sequence = covered.end_sequence), 0)
+               AS compressed_tokens,
+           EXISTS (SELECT 1 FROM memory p
+                   WHERE p.conversation_id = :conversation_id AND p.status = 'processing') AS processing
+    FROM conv, covered
+    """
+)
+
+
+async def stats(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> dict[str, Any] | None:
+    """Seed 003's stats of a conversation (None when the tenant has no such one): entries and
+    tokens in all, compressed (up to the newest summary the context shows) and active (after
+    it), the shown summaries and their tokens, and what they save."""
+    row = (
+        await conn.execute(STATS_SQL, {"conversation_id": conversation_id, "tenant_id": tenant_id})
+    ).one_or_none()
+    if row is None:
+        return None
+    total_entries, compressed_entries = int(row.total_entries), int(row.compressed_entries)
+    total_tokens, compressed_tokens = int(row.total_tokens), int(row.compressed_tokens)
+    summary_tokens = int(row.summary_tokens)
+    active_tokens = total_tokens - compressed_tokens
+    return {
+        "conversation_id": conversation_id,
+        "policy": row.policy,
+        "total_entries": total_entries,
+        "active_entries": total_entries - compressed_entries,
+        "compressed_entries": compressed_entries,
+        "summaries": int(row.summaries),
+        "total_tokens": total_tokens,
+        "active_tokens": active_tokens,
+        "compressed_tokens": compressed_tokens,
+        "summary_tokens": summary_tokens,
+        "context_tokens": summary_tokens + active_tokens,
+        "tokens_saved": compressed_tokens - summary_tokens,
+        "processing": bool(row.processing),
+    }
+
+
 _CHAIN_OF_ONE = chain_cte(
     "chain",
     "m.memory_id, m.start_sequence",

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.bench_runs import bench_databases, run_tiny
 
-SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "append", "sizing"}
+SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "transfer", "append", "sizing"}
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,9 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     doc: dict[str, Any] = json.loads(output.read_text())
     meta, res = doc["meta"], doc["results"]
     assert set(res) == SCENARIOS
+    transfer = res["transfer"]
+    assert transfer["entries"] == 500 and transfer["memories"] > 0 and transfer["round_trip_identical"]
+    assert transfer["export_median_seconds"] > 0 and transfer["import_median_seconds"] > 0
     assert doc["checks"] and all(c["pass"] for c in doc["checks"]), doc["checks"]
     assert {t["name"] for t in doc["targets"]} == {
         "context_cost_ratio",  # the sliding window's (the name it had before policies)

@@ -36,8 +36,37 @@ LIMITS: dict[str, Any] = {
     "DATABASE_STATEMENT_TIMEOUT_SECONDS": 0.2,
     "DATABASE_CONNECT_TIMEOUT_SECONDS": 0.5,
     "MEMORY_REAPER_INTERVAL_SECONDS": 3600,
+    "MEMORY_MAX_IMPORT_BYTES": MAX_BODY,
+    "MEMORY_MAX_IMPORT_ENTRIES": 5,
 }
 ONE_ROUND = {"messages": ROUNDS[0]}
+
+
+def document(conversation_id: str) -> dict[str, Any]:
+    """The smallest export document: one entry, no memory."""
+    when = "2026-04-01T09:00:00.000000Z"
+    return {
+        "format": "memory-service.conversation",
+        "version": 1,
+        "conversation": {
+            "conversation_id": conversation_id,
+            "created_at": when,
+            "memory_policy": {"name": "sliding_window"},
+            "metadata": {},
+        },
+        "entries": [
+            {
+                "sequence": 0,
+                "round": 0,
+                "type": "message",
+                "role": "user",
+                "content": "hi",
+                "tokens": 8,
+                "created_at": when,
+            }
+        ],
+        "memories": [],
+    }
 
 
 # ---- reading the document ----------------------------------------------------------------------
@@ -273,6 +302,24 @@ CALLS = [
     Call(
         "POST", "/ops/conversations/{conversation_id}/summarize", 422, path="/ops/conversations/-x/summarize"
     ),
+    Call("GET", "/conversations/{conversation_id}/stats", 404, path="/conversations/nobody/stats"),
+    Call("GET", "/conversations/{conversation_id}/stats", 422, path="/conversations/-bad/stats"),
+    Call("GET", "/conversations/{conversation_id}/export", 404, path="/conversations/nobody/export"),
+    Call("GET", "/conversations/{conversation_id}/export", 413),  # 6 entries, MEMORY_MAX_IMPORT_ENTRIES 5
+    Call("GET", "/conversations/{conversation_id}/export", 422, path="/conversations/-bad/export"),
+    Call("POST", "/conversations/import", 400, kwargs=json_body(b'{"format": ')),
+    Call("POST", "/conversations/import", 409, kwargs={"json": document("demo")}),
+    Call(
+        "POST",
+        "/conversations/import",
+        413,
+        kwargs={"json": document("many") | {"entries": document("many")["entries"] * 6}},
+    ),
+    Call("POST", "/conversations/import", 415, kwargs=json_body(b"{}", "text/plain")),
+    Call("POST", "/conversations/import", 422, kwargs={"json": document("x") | {"version": 2}}),
+    Call("POST", "/conversations/import", 422, path="/conversations/import?conversation_id=-bad"),
+    Call("DELETE", MESSAGES, 404, path="/conversations/nobody/messages"),
+    Call("DELETE", MESSAGES, 422, path="/conversations/-bad/messages"),
     Call("POST", "/conversations/{conversation_id}/compress", 404, path="/conversations/nobody/compress"),
     Call("POST", "/conversations/{conversation_id}/compress", 409),  # nothing new since memory 1
     Call("POST", "/conversations/{conversation_id}/compress", 422, path="/conversations/-x/compress"),
@@ -406,7 +453,10 @@ async def test_documented_error_bodies_are_the_real_ones(
                 call.kwargs = {"json": {"memory_policy": {"name": "sliding_window"}}}
             elif method == "POST" and "requestBody" in op:
                 call.kwargs = {
-                    "json": {"conversation_id": "new"} if template == "/conversations" else ONE_ROUND
+                    "json": {
+                        "/conversations": {"conversation_id": "new"},
+                        "/conversations/import": document("new"),
+                    }.get(template, ONE_ROUND)
                 }
             response = await send(client, call)
             if template == "/readyz":
