@@ -144,6 +144,24 @@ def test_a_conversation_round_trip(client: Client) -> None:
         client.get_conversation("trip-1")
 
 
+def test_stats_export_import_and_clear(client: Client) -> None:
+    client.append_messages("move-1", ROUND)
+    stats = client.get_stats("move-1")
+    assert (stats.total_entries, stats.active_entries, stats.summaries) == (4, 4, 0)
+    document = client.export_conversation("move-1")
+    imported = client.import_conversation(document, conversation_id="move-2")
+    assert (imported.conversation_id, imported.entries, imported.memories) == ("move-2", 4, 0)
+    copy = client.export_conversation("move-2")
+    assert copy["entries"] == document["entries"]
+    with pytest.raises(ConflictError) as taken:
+        client.import_conversation(document)  # move-1 exists
+    assert taken.value.code == "conflict"
+    cleared = client.clear_messages("move-1")
+    assert (cleared.entries, cleared.memories, cleared.dropped_processing) == (4, 0, None)
+    assert client.get_stats("move-1").total_entries == 0
+    assert client.append_messages("move-1", ROUND).round == 0
+
+
 def test_summaries_and_ops(client: Client, llm: FakeLLM) -> None:
     llm.hold = True
     client.create_conversation("ops-1", memory_policy={"name": "sliding_window", "summarize_after_seq": 50})

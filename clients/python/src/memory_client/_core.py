@@ -210,6 +210,31 @@ def compress(conversation_id: str) -> Call[models.MemoryStarted]:
     return Call("POST", f"/conversations/{_id(conversation_id)}/compress", _model(models.MemoryStarted))
 
 
+def get_stats(conversation_id: str) -> Call[models.Stats]:
+    return _read(f"/conversations/{_id(conversation_id)}/stats", models.Stats)
+
+
+def export_conversation(conversation_id: str) -> Call[dict[str, Any]]:
+    """The export document as the service wrote it, to give back to ``import_conversation``."""
+    return _read(f"/conversations/{_id(conversation_id)}/export", dict[str, Any])
+
+
+def import_conversation(document: Json, *, conversation_id: str | None = None) -> Call[models.Imported]:
+    # Not replayed after a lost answer: the retry of an import that went through is a 409.
+    return Call(
+        "POST",
+        "/conversations/import",
+        _model(models.Imported),
+        params=_query(conversation_id=conversation_id),
+        json=dict(document),
+    )
+
+
+def clear_messages(conversation_id: str) -> Call[models.Cleared]:
+    # Not replayed after a lost answer: a second clear could delete rounds posted in between.
+    return Call("DELETE", f"/conversations/{_id(conversation_id)}/messages", _model(models.Cleared))
+
+
 # ---- Context ----
 
 

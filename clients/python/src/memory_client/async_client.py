@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -134,6 +134,24 @@ class AsyncClient:
     async def compress(self, conversation_id: str) -> models.MemoryStarted:
         """Summarize now what the policy would on request (seed 003's manual compression)."""
         return await self._send(_core.compress(conversation_id))
+
+    async def get_stats(self, conversation_id: str) -> models.Stats:
+        """Entries, summaries and tokens, compressed and active (seed 003's getStats)."""
+        return await self._send(_core.get_stats(conversation_id))
+
+    async def export_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation as one document: policy, metadata, every entry and memory row."""
+        return await self._send(_core.export_conversation(conversation_id))
+
+    async def import_conversation(
+        self, document: Json, *, conversation_id: str | None = None
+    ) -> models.Imported:
+        """Store an export document, under its own id or ``conversation_id``."""
+        return await self._send(_core.import_conversation(document, conversation_id=conversation_id))
+
+    async def clear_messages(self, conversation_id: str) -> models.Cleared:
+        """Delete every entry and summary; the conversation and its policy stay (clearSession)."""
+        return await self._send(_core.clear_messages(conversation_id))
 
     async def get_context(
         self, conversation_id: str, *, max_tokens: int | None = None, context_window: int | None = None

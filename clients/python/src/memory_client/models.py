@@ -284,6 +284,39 @@ class Ready(Model):
     migration: str | None
 
 
+class Stats(Model):
+    """Seed 003's stats, plus tokens saved: O(1) in the conversation's length."""
+
+    conversation_id: str
+    policy: str
+    total_entries: int
+    active_entries: int
+    compressed_entries: int
+    summaries: int
+    total_tokens: int
+    active_tokens: int
+    compressed_tokens: int
+    summary_tokens: int
+    context_tokens: int
+    tokens_saved: int
+    processing: bool
+
+
+class Imported(Model):
+    conversation_id: str
+    entries: int
+    memories: int
+    dropped_processing: int
+    summary_due: bool
+
+
+class Cleared(Model):
+    conversation_id: str
+    entries: int
+    memories: int
+    dropped_processing: int | None
+
+
 class OpenAIContext(Model):
     """``format=openai``: ``messages`` for Chat Completions (the summaries as one leading system
     message, then the raw messages as posted)."""
