@@ -160,7 +160,9 @@ async def wait_for_database(url: str, *, connect_timeout: float, wait_seconds: f
         try:
             conn = await asyncpg.connect(dsn, timeout=connect_timeout, server_settings=SERVER_SETTINGS)
             try:
-                await conn.fetchval("SELECT 1", timeout=connect_timeout)
+                # execute: the simple protocol, no prepared statement (behind PgBouncer, a named
+                # one would stay on the server connection the next client gets).
+                await conn.execute("SELECT 1", timeout=connect_timeout)
             finally:
                 await conn.close(timeout=connect_timeout)
             return
