@@ -15,7 +15,7 @@ from app.repositories.memory import CONTEXT_SQL
 from bench.floor_app import CONTEXT_LIMITS
 from bench.procs import cpu_delta, machine_busy_seconds
 from bench.scales import mixed_prefix, sizing_backlog, sizing_prefix
-from bench.seed import CONTEXT_PREFIXES, POLICIES, SLIDING_WINDOW, ConversationSeed
+from bench.seed import CONTEXT_PREFIXES, ENTRIES_PER_AGENT_ROUND, POLICIES, SLIDING_WINDOW, ConversationSeed
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
 from bench.tokens import get_counter
@@ -1057,4 +1057,94 @@ async def summary_concurrency(b: Bench) -> dict[str, Any]:
         "seconds": scale.sizing_seconds,
         "backlogs": {str(cap): sizing_backlog(scale, cap) for cap in scale.sizing_caps},
         "runs": runs,
+    }
+
+
+# ---- 9: what exact token counting costs on the append path -------------------------------------
+
+COUNTING_CONVERSATIONS = 8  # POSTed concurrently, one round at a time each
+
+
+async def _post_rounds(b: Bench, rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """POST ``rounds`` over COUNTING_CONVERSATIONS token_budget conversations (auto_compress off:
+    nothing is summarized, so the service's CPU is the append path's), one client each."""
+    url = b.svc.base_url
+    for i in range(COUNTING_CONVERSATIONS):
+        created = await b.http.post(
+            f"{url}/conversations",
+            json={
+                "conversation_id": f"count-{i}",
+                "memory_policy": {"name": "token_budget", "auto_compress": False},
+            },
+        )
+        created.raise_for_status()
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(i: int) -> None:
+        nonlocal errors
+        for r in range(i, len(rounds), COUNTING_CONVERSATIONS):
+            t0 = time.perf_counter()
+            posted = await b.http.post(
+                f"{url}/conversations/count-{i}/messages", json={"messages": rounds[r]}
+            )
+            latencies.append(time.perf_counter() - t0)
+            errors += posted.status_code != 201
+
+    await client(0)  # warm-up, unmeasured: count-0's rounds, one at a time
+    cpu0, t0 = b.svc.cpu_seconds(), time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(1, COUNTING_CONVERSATIONS)))
+    wall, cpu = time.perf_counter() - t0, b.svc.cpu_seconds() - cpu0
+    done = len(rounds) - len(range(0, len(rounds), COUNTING_CONVERSATIONS))
+    return {
+        "rounds": done,
+        "errors": errors,
+        "rounds_per_second": round(done / wall, 1),
+        "service_cpu_us_per_round": round(cpu / done * 1e6, 1),
+        "latency_ms": summarize_plain([x * 1000 for x in latencies]),
+    }
+
+
+async def counting(b: Bench) -> dict[str, Any]:
+    """Exact token counting (tiktoken, app/memory/tokens.py, the deployment's model) of typical
+    agent rounds: the CPU time counting a round's messages takes in-process (median of 5 passes
+    after a warm one), next to the service's whole CPU per POSTed round of the same rounds, and
+    the cheapest estimate (ceil(JSON bytes / 4)) for scale."""
+    agents = b.seeder.agents
+    per = ENTRIES_PER_AGENT_ROUND
+    rounds = [
+        [agents.posted(seq) for seq in range(r * per, (r + 1) * per)] for r in range(b.scale.counting_rounds)
+    ]
+    counter = agents.counter
+    exact: list[list[int]] = [[] for _ in rounds]
+    approx: list[list[int]] = [[] for _ in rounds]
+    tokens = [0] * len(rounds)
+    for passes in range(6):
+        for r, messages in enumerate(rounds):
+            t0 = time.process_time_ns()
+            tokens[r] = sum(counter.message(m) for m in messages)
+            t1 = time.process_time_ns()
+            sum(-(-len(orjson.dumps(m)) // 4) for m in messages)
+            t2 = time.process_time_ns()
+            if passes:
+                exact[r].append(t1 - t0)
+                approx[r].append(t2 - t1)
+    exact_us = [median([float(x) for x in ns]) / 1000 for ns in exact]
+    approx_us = [median([float(x) for x in ns]) / 1000 for ns in approx]
+    posted = await _post_rounds(b, rounds)
+    counting_us = median(exact_us)
+    return {
+        "model": counter.model,
+        "encoding": counter.encoding_name,
+        "exact": counter.exact,
+        "entries_per_round": per,
+        "round_bytes_median": median([float(len(orjson.dumps({"messages": m}))) for m in rounds]),
+        "round_tokens_median": median([float(t) for t in tokens]),
+        "counting_us_per_round": summarize_plain(exact_us),
+        "estimate_us_per_round": summarize_plain(approx_us),
+        "post": posted,
+        # the share of the service's CPU per POSTed round that counting its messages takes
+        "counting_share_of_post_cpu": round(counting_us / posted["service_cpu_us_per_round"], 4)
+        if posted["service_cpu_us_per_round"]
+        else None,
     }
