@@ -384,6 +384,11 @@ def _render_context(res: dict[str, Any]) -> list[str]:
                 f"   same-shape cost {c['largest']:,} vs {c['same_shape_base']:,} "
                 f"{_fmt(c.get('cost_ratio_same_shape'), 3)}"
             )
+        if c.get("summarized_base") not in (None, c["smallest"], c.get("same_shape_base")):
+            line += (
+                f"   with summaries: cost {c['largest']:,} vs {c['summarized_base']:,} "
+                f"{_fmt(c.get('cost_ratio_summarized'), 3)}"
+            )
         if policy in floor and floor[policy].get("ratio") is not None:
             line += f"   ours/floor {_fmt(floor[policy]['ratio'], 3)}"
         out.append(line)

@@ -153,6 +153,12 @@ def _policy_results(
     ]
     same_base = min(same) if same else None
     thr_same = sizes[str(same_base)]["throughput_rps"] if same_base is not None else None
+    # The largest size against the smallest one that shows summaries too (token_budget: 1,000
+    # entries, ten compressions, against 100,000, compressions and folds): a 100x longer history
+    # behind a context of about the same size. None when only the largest shows any.
+    summarized = [n for n in sizes_n if n != largest and sizes[str(n)]["summaries"] > 0]
+    summarized_base = min(summarized) if summarized else None
+    thr_summarized = sizes[str(summarized_base)]["throughput_rps"] if summarized_base is not None else None
     return {
         "policy": policy,
         "conversation_prefix": CONTEXT_PREFIXES[policy],
@@ -168,6 +174,10 @@ def _policy_results(
         ),
         "same_shape_base": same_base,
         "cost_ratio_same_shape": round(thr_same / thr_large, 3) if thr_same and thr_large else None,
+        "summarized_base": summarized_base,
+        "cost_ratio_summarized": round(thr_summarized / thr_large, 3)
+        if thr_summarized and thr_large
+        else None,
         "explain": explain,
     }
 

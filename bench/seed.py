@@ -761,7 +761,8 @@ class _BudgetRows:
                 len(self.memories),
             )
             records = [
-                (memory_id, *row) for memory_id, row in zip(sorted(r[0] for r in ids), self.memories, strict=True)
+                (memory_id, *row)
+                for memory_id, row in zip(sorted(r[0] for r in ids), self.memories, strict=True)
             ]
             await conn.copy_records_to_table(
                 "memory",
