@@ -125,6 +125,9 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
             wrong = sum(1 for cell in cells if cell.get("shape_ok") is False)
             if any("shape_ok" in cell for cell in cells):
                 check(f"{key}: context shape as seeded (cells wrong)", wrong, wrong == 0)
+            refused = sum(1 for cell in cells if cell.get("import_ok") is False)
+            if any("import_ok" in cell for cell in cells):
+                check(f"{key}: seeded conversations the import refuses", refused, refused == 0)
     if "post" in res:
         for label, run in res["post"]["runs"].items():
             check(f"post ({label} LLM): HTTP errors", run["errors"], run["errors"] == 0)
@@ -157,6 +160,8 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     if "counting" in res:
         errors = res["counting"]["post"]["errors"]
         check("counting: HTTP errors", errors, errors == 0)
+        same = res["counting"]["tokens_as_stored"]
+        check("counting: the service stored the same token counts", same, same)
     if "sizing" in res:
         runs = res["sizing"]["runs"].values()
         failed = sum(r["failed"] for r in runs)

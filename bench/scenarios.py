@@ -15,7 +15,14 @@ from app.repositories.memory import CONTEXT_SQL
 from bench.floor_app import CONTEXT_LIMITS
 from bench.procs import cpu_delta, machine_busy_seconds
 from bench.scales import mixed_prefix, sizing_backlog, sizing_prefix
-from bench.seed import CONTEXT_PREFIXES, ENTRIES_PER_AGENT_ROUND, POLICIES, SLIDING_WINDOW, ConversationSeed
+from bench.seed import (
+    CONTEXT_PREFIXES,
+    ENTRIES_PER_AGENT_ROUND,
+    POLICIES,
+    SLIDING_WINDOW,
+    TOKEN_BUDGET,
+    ConversationSeed,
+)
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
 from bench.tokens import get_counter
@@ -101,6 +108,26 @@ async def _check_context(b: Bench, url: str, conversation_id: str) -> dict[str, 
         "last_sequence": body["last_sequence"],
         "bytes": len(response.content),
     }
+
+
+# Seeded token_budget conversations up to this many entries are also exported and imported back
+# (the import checks every entry's tokens, the running totals, each summary's input tokens and the
+# tool call pairs); larger exports pass MEMORY_MAX_IMPORT_BYTES.
+IMPORT_CHECK_ENTRIES = 10_000
+
+
+async def _import_check(b: Bench, conversation_id: str) -> bool:
+    """Whether the service's import accepts the seeded conversation as its export gives it."""
+    url = b.svc.base_url
+    exported = await b.http.get(f"{url}/conversations/{conversation_id}/export")
+    exported.raise_for_status()
+    imported = await b.http.post(
+        f"{url}/conversations/import",
+        content=exported.content,
+        params={"conversation_id": f"{conversation_id}-import-check"},
+        headers={"content-type": "application/json"},
+    )
+    return imported.status_code == 201
 
 
 def _conversation(policy: str, n: int) -> str:
@@ -201,6 +228,10 @@ async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> d
                 shapes[(policy, target.name, n)] = await _check_context(
                     b, target.base_url, _conversation(policy, n)
                 )
+                if policy == TOKEN_BUDGET and target is b.svc and n <= IMPORT_CHECK_ENTRIES:
+                    shapes[(policy, target.name, n)]["import_ok"] = await _import_check(
+                        b, _conversation(policy, n)
+                    )
     # Prime each fresh process (connections, prepared statements, lazy imports) on every size,
     # unrecorded, so the first measured cell is not the cold one.
     for target in targets:
@@ -1142,6 +1173,12 @@ async def counting(b: Bench) -> dict[str, Any]:
     exact_us = [median([float(x) for x in ns]) / 1000 for ns in exact]
     approx_us = [median([float(x) for x in ns]) / 1000 for ns in approx]
     posted = await _post_rounds(b, rounds)
+    # The service stored the same counts (so the seeded budget-N entries carry the service's too).
+    stored = [
+        (await b.http.get(f"{b.svc.base_url}/conversations/count-{i}/stats")).json()["total_tokens"]
+        for i in range(COUNTING_CONVERSATIONS)
+    ]
+    expected = [sum(tokens[i::COUNTING_CONVERSATIONS]) for i in range(COUNTING_CONVERSATIONS)]
     counting_us = median(exact_us)
     return {
         "model": counter.model,
@@ -1153,6 +1190,7 @@ async def counting(b: Bench) -> dict[str, Any]:
         "counting_us_per_round": summarize_plain(exact_us),
         "estimate_us_per_round": summarize_plain(approx_us),
         "post": posted,
+        "tokens_as_stored": stored == expected,
         # the share of the service's CPU per POSTed round that counting its messages takes
         "counting_share_of_post_cpu": round(counting_us / posted["service_cpu_us_per_round"], 4)
         if posted["service_cpu_us_per_round"]

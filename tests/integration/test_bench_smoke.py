@@ -76,11 +76,13 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     budget = res["context"]["policies"]["token_budget"]["sizes"]
     assert (budget["10"]["summaries"], budget["10"]["gap_messages"]) == (0, 10)
     assert (budget["1000"]["summaries"], budget["1000"]["memory_end_sequence"]) == (10, 949)
+    assert all(cell["import_ok"] for cell in budget.values())  # as consistent as an export
 
     # 9: every agent round POSTed; counting measured exactly, below the POST's whole CPU
     counting = res["counting"]
     assert counting["post"]["errors"] == 0 and counting["post"]["rounds"] > 0
     assert counting["exact"] and 0 < counting["counting_share_of_post_cpu"] < 1
+    assert counting["tokens_as_stored"]
 
     # 2: both LLM latencies measured; summaries ran in the background
     for run in res["post"]["runs"].values():
