@@ -1,5 +1,6 @@
 """Bulk seeding with COPY (never through the API): conversations, their messages (two per round,
-user then assistant), and the completed memories a real conversation of that length would have
+user then assistant; token_budget conversations: agent rounds with tool calls, see
+AgentTranscripts), and the completed memories a real conversation of that length would have
 under its memory policy.
 
 Each conversation stores what the service would store for it: its resolved policy, the context
@@ -29,7 +30,7 @@ from app.memory.policies import (
 )
 from app.memory.policies.rolling_blocks import RollingBlocksConfig
 from app.memory.policies.sliding_window import SlidingWindowConfig
-from app.memory.policies.token_budget import TokenBudgetConfig
+from app.memory.policies.token_budget import FOLD, TokenBudgetConfig
 from app.memory.tokens import counter_for
 from app.memory.types import ConversationState, MemoryRef, Trigger, Wake
 from app.settings import Settings
@@ -260,7 +261,8 @@ class AgentTranscripts:
             while (plan := self.policy.plan(state(last_seq), Trigger.ROUND_END)) is not None:
                 start, end = plan.start_round * per, min(last_seq, plan.end_round * per + per - 1)
                 input_tokens = cumulative[end + 1] - cumulative[start]
-                if plan.kind == "fold":
+                if plan.kind == FOLD:
+                    # as the service's job sees them: the shown summaries it folds, oldest first
                     folded = [
                         m
                         for ref, m in reversed(shown)
@@ -268,6 +270,7 @@ class AgentTranscripts:
                     ]
                     text = "\n".join(m.text for m in folded)[-self.max_chars :]
                 else:
+                    # TokenBudgetPolicy.target_tokens: compression_ratio of what it covers
                     target = max(50, int(input_tokens * self.compression_ratio))
                     text = self._summary_text(start, end, target)
                 made = BudgetMemory(plan.kind, start, end, input_tokens, text, self.counter.count(text), rnd)
@@ -278,11 +281,11 @@ class AgentTranscripts:
                     start_sequence=start,
                     end_sequence=end,
                     start_round=plan.start_round,
-                    end_round=end // per,
+                    end_round=plan.end_round,
                     tokens=made.tokens,
                 )
                 memories.append(made)
-                if plan.kind == "fold":
+                if plan.kind == FOLD:
                     shown = [shown[0], (ref, made)]
                 else:
                     shown = [(ref, made), *shown]
