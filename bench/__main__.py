@@ -7,11 +7,12 @@ their own processes, drives them from a separate load-generator process, prints 
 writes JSON to bench/results/.
 
 Scenarios: context (GET context on conversations of 10 / 1,000 / 100,000 messages, per memory
-policy: sliding window and rolling blocks), post (POST latency with a 0 s and a 2 s LLM), mixed
+policy: sliding window, rolling blocks and token budget), post (POST latency with a 0 s and a 2 s LLM), mixed
 (1,000 conversations, 50 clients, GET + POST rounds, with a 1 s and a 2 s LLM: summary lag, LLM
 calls and CPU per round, drain), floor (a minimal Starlette + asyncpg app running the same SQL),
 tokens (context and LLM input size over 300 rounds against sending the full history), transfer
-(export and import time of a 10,000-entry conversation), append
+(export and import time of a 10,000-entry conversation), counting (what exact token
+counting costs per POSTed agent round), append
 (POST throughput of an API replica with summaries off, with a worker, combined, two combined
 replicas, and the write floor), sizing (summaries/s of a worker per
 MEMORY_MAX_CONCURRENT_SUMMARIES with a 1 s LLM).

@@ -45,7 +45,7 @@ from bench.textgen import rng_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = ROOT / "bench" / "results"
-SCENARIOS = ("context", "post", "mixed", "floor", "tokens", "transfer", "append", "sizing")
+SCENARIOS = ("context", "post", "mixed", "floor", "tokens", "transfer", "counting", "append", "sizing")
 
 
 @dataclass
@@ -361,6 +361,7 @@ class Bench:
             policy_defaults=self.settings.policy_defaults,
             max_chars=self.settings.MEMORY_SUMMARY_MAX_CHARS,
             history=self.scale.memory_history,
+            model=self.settings.MEMORY_MODEL,
         )
 
     def seeds(self) -> list[ConversationSeed]:
@@ -610,6 +611,7 @@ class Bench:
                 ("mixed", scenarios.mixed),
                 ("tokens", scenarios.tokens),
                 ("transfer", scenarios.transfer),
+                ("counting", scenarios.counting),
                 ("append", scenarios.append_throughput),
                 ("sizing", scenarios.summary_concurrency),
             ):

@@ -125,6 +125,9 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
             wrong = sum(1 for cell in cells if cell.get("shape_ok") is False)
             if any("shape_ok" in cell for cell in cells):
                 check(f"{key}: context shape as seeded (cells wrong)", wrong, wrong == 0)
+            refused = sum(1 for cell in cells if cell.get("import_ok") is False)
+            if any("import_ok" in cell for cell in cells):
+                check(f"{key}: seeded conversations the import refuses", refused, refused == 0)
     if "post" in res:
         for label, run in res["post"]["runs"].items():
             check(f"post ({label} LLM): HTTP errors", run["errors"], run["errors"] == 0)
@@ -154,6 +157,11 @@ def evaluate(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         check(
             "transfer: export, import, export identical", x["round_trip_identical"], x["round_trip_identical"]
         )
+    if "counting" in res:
+        errors = res["counting"]["post"]["errors"]
+        check("counting: HTTP errors", errors, errors == 0)
+        same = res["counting"]["tokens_as_stored"]
+        check("counting: the service stored the same token counts", same, same)
     if "sizing" in res:
         runs = res["sizing"]["runs"].values()
         failed = sum(r["failed"] for r in runs)
@@ -290,6 +298,8 @@ def render(doc: dict[str, Any]) -> str:
             f"import {x['import_median_seconds']:.3f} s (medians of 3, client wall time); round trip "
             f"{'identical' if x['round_trip_identical'] else 'DIFFERENT'}"
         )
+    if "counting" in res:
+        out.extend(_render_counting(res["counting"]))
     if "sizing" in res:
         out.extend(_render_sizing(res["sizing"]))
     targets, checks = doc["targets"], doc["checks"]
@@ -378,6 +388,11 @@ def _render_context(res: dict[str, Any]) -> list[str]:
             line += (
                 f"   same-shape cost {c['largest']:,} vs {c['same_shape_base']:,} "
                 f"{_fmt(c.get('cost_ratio_same_shape'), 3)}"
+            )
+        if c.get("summarized_base") not in (None, c["smallest"], c.get("same_shape_base")):
+            line += (
+                f"   with summaries: cost {c['largest']:,} vs {c['summarized_base']:,} "
+                f"{_fmt(c.get('cost_ratio_summarized'), 3)}"
             )
         if policy in floor and floor[policy].get("ratio") is not None:
             line += f"   ours/floor {_fmt(floor[policy]['ratio'], 3)}"
@@ -527,6 +542,22 @@ def _render_append(a: dict[str, Any]) -> list[str]:
         f"{_fmt(r['api_worker_vs_2_combined'], 3)}; combined / floor {_fmt(r['combined_vs_floor'], 3)}"
     )
     return out
+
+
+def _render_counting(c: dict[str, Any]) -> list[str]:
+    """[9]: counting a round's tokens against the service's CPU per POSTed round."""
+    post = c["post"]
+    return [
+        f"\n[9] Token counting on the append path ({c['encoding']}{'' if c['exact'] else ', approximate'}): "
+        f"agent rounds of {c['entries_per_round']} entries, {c['round_bytes_median']:,.0f} bytes, "
+        f"{c['round_tokens_median']:,.0f} tokens (medians)",
+        f"  counting a round {_fmt(c['counting_us_per_round']['p50'])} us CPU (p99 "
+        f"{_fmt(c['counting_us_per_round']['p99'])}; bytes/4 estimate "
+        f"{_fmt(c['estimate_us_per_round']['p50'])} us); "
+        f"POST {_fmt(post['service_cpu_us_per_round'])} us service CPU per round, "
+        f"{_fmt(post['rounds_per_second'])} rounds/s, p50 {_fmt(post['latency_ms']['p50'], 2)} ms: "
+        f"counting is {_pct(c['counting_share_of_post_cpu'])} of the POST's CPU",
+    ]
 
 
 def _render_sizing(z: dict[str, Any]) -> list[str]:

@@ -45,6 +45,8 @@ class Scale:
     drain_timeout_seconds: float
     # 8: export and import of one token_budget conversation of this many entries
     transfer_entries: int = 10_000
+    # 9: token counting on the append path: agent rounds counted in-process and POSTed
+    counting_rounds: int = 2_000
 
 
 SCALES: dict[str, Scale] = {
@@ -79,6 +81,7 @@ SCALES: dict[str, Scale] = {
         sizing_seconds=1.0,
         drain_timeout_seconds=60.0,
         transfer_entries=500,
+        counting_rounds=100,
     ),
     "full": Scale(
         name="full",

@@ -15,7 +15,14 @@ from app.repositories.memory import CONTEXT_SQL
 from bench.floor_app import CONTEXT_LIMITS
 from bench.procs import cpu_delta, machine_busy_seconds
 from bench.scales import mixed_prefix, sizing_backlog, sizing_prefix
-from bench.seed import CONTEXT_PREFIXES, POLICIES, SLIDING_WINDOW, ConversationSeed
+from bench.seed import (
+    CONTEXT_PREFIXES,
+    ENTRIES_PER_AGENT_ROUND,
+    POLICIES,
+    SLIDING_WINDOW,
+    TOKEN_BUDGET,
+    ConversationSeed,
+)
 from bench.stats import geomean, median, summarize_plain
 from bench.textgen import rng_for, round_messages
 from bench.tokens import get_counter
@@ -103,6 +110,26 @@ async def _check_context(b: Bench, url: str, conversation_id: str) -> dict[str, 
     }
 
 
+# Seeded token_budget conversations up to this many entries are also exported and imported back
+# (the import checks every entry's tokens, the running totals, each summary's input tokens and the
+# tool call pairs); larger exports pass MEMORY_MAX_IMPORT_BYTES.
+IMPORT_CHECK_ENTRIES = 10_000
+
+
+async def _import_check(b: Bench, conversation_id: str) -> bool:
+    """Whether the service's import accepts the seeded conversation as its export gives it."""
+    url = b.svc.base_url
+    exported = await b.http.get(f"{url}/conversations/{conversation_id}/export")
+    exported.raise_for_status()
+    imported = await b.http.post(
+        f"{url}/conversations/import",
+        content=exported.content,
+        params={"conversation_id": f"{conversation_id}-import-check"},
+        headers={"content-type": "application/json"},
+    )
+    return imported.status_code == 201
+
+
 def _conversation(policy: str, n: int) -> str:
     return f"{CONTEXT_PREFIXES[policy]}-{n}"
 
@@ -153,6 +180,12 @@ def _policy_results(
     ]
     same_base = min(same) if same else None
     thr_same = sizes[str(same_base)]["throughput_rps"] if same_base is not None else None
+    # The largest size against the smallest one that shows summaries too (token_budget: 1,000
+    # entries, ten compressions, against 100,000, compressions and folds): a 100x longer history
+    # behind a context of about the same size. None when only the largest shows any.
+    summarized = [n for n in sizes_n if n != largest and sizes[str(n)]["summaries"] > 0]
+    summarized_base = min(summarized) if summarized else None
+    thr_summarized = sizes[str(summarized_base)]["throughput_rps"] if summarized_base is not None else None
     return {
         "policy": policy,
         "conversation_prefix": CONTEXT_PREFIXES[policy],
@@ -168,6 +201,10 @@ def _policy_results(
         ),
         "same_shape_base": same_base,
         "cost_ratio_same_shape": round(thr_same / thr_large, 3) if thr_same and thr_large else None,
+        "summarized_base": summarized_base,
+        "cost_ratio_summarized": round(thr_summarized / thr_large, 3)
+        if thr_summarized and thr_large
+        else None,
         "explain": explain,
     }
 
@@ -191,6 +228,10 @@ async def context_and_floor(b: Bench, with_context: bool, with_floor: bool) -> d
                 shapes[(policy, target.name, n)] = await _check_context(
                     b, target.base_url, _conversation(policy, n)
                 )
+                if policy == TOKEN_BUDGET and target is b.svc and n <= IMPORT_CHECK_ENTRIES:
+                    shapes[(policy, target.name, n)]["import_ok"] = await _import_check(
+                        b, _conversation(policy, n)
+                    )
     # Prime each fresh process (connections, prepared statements, lazy imports) on every size,
     # unrecorded, so the first measured cell is not the cold one.
     for target in targets:
@@ -1057,4 +1098,102 @@ async def summary_concurrency(b: Bench) -> dict[str, Any]:
         "seconds": scale.sizing_seconds,
         "backlogs": {str(cap): sizing_backlog(scale, cap) for cap in scale.sizing_caps},
         "runs": runs,
+    }
+
+
+# ---- 9: what exact token counting costs on the append path -------------------------------------
+
+COUNTING_CONVERSATIONS = 8  # POSTed concurrently, one round at a time each
+
+
+async def _post_rounds(b: Bench, rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """POST ``rounds`` over COUNTING_CONVERSATIONS token_budget conversations (auto_compress off:
+    nothing is summarized, so the service's CPU is the append path's), one client each."""
+    url = b.svc.base_url
+    for i in range(COUNTING_CONVERSATIONS):
+        created = await b.http.post(
+            f"{url}/conversations",
+            json={
+                "conversation_id": f"count-{i}",
+                "memory_policy": {"name": "token_budget", "auto_compress": False},
+            },
+        )
+        created.raise_for_status()
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(i: int) -> None:
+        nonlocal errors
+        for r in range(i, len(rounds), COUNTING_CONVERSATIONS):
+            t0 = time.perf_counter()
+            posted = await b.http.post(
+                f"{url}/conversations/count-{i}/messages", json={"messages": rounds[r]}
+            )
+            if i:  # count-0 is the warm-up
+                latencies.append(time.perf_counter() - t0)
+            errors += posted.status_code != 201
+
+    await client(0)  # warm-up, unmeasured: count-0's rounds, one at a time
+    cpu0, t0 = b.svc.cpu_seconds(), time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(1, COUNTING_CONVERSATIONS)))
+    wall, cpu = time.perf_counter() - t0, b.svc.cpu_seconds() - cpu0
+    done = len(rounds) - len(range(0, len(rounds), COUNTING_CONVERSATIONS))
+    return {
+        "rounds": done,
+        "errors": errors,
+        "rounds_per_second": round(done / wall, 1),
+        "service_cpu_us_per_round": round(cpu / done * 1e6, 1),
+        "latency_ms": summarize_plain([x * 1000 for x in latencies]),
+    }
+
+
+async def counting(b: Bench) -> dict[str, Any]:
+    """Exact token counting (tiktoken, app/memory/tokens.py, the deployment's model) of typical
+    agent rounds: the CPU time counting a round's messages takes in-process (median of 5 passes
+    after a warm one), next to the service's whole CPU per POSTed round of the same rounds, and
+    the cheapest estimate (ceil(JSON bytes / 4)) for scale."""
+    agents = b.seeder.agents
+    per = ENTRIES_PER_AGENT_ROUND
+    rounds = [
+        [agents.posted(seq) for seq in range(r * per, (r + 1) * per)] for r in range(b.scale.counting_rounds)
+    ]
+    counter = agents.counter
+    exact: list[list[int]] = [[] for _ in rounds]
+    approx: list[list[int]] = [[] for _ in rounds]
+    tokens = [0] * len(rounds)
+    for passes in range(6):
+        for r, messages in enumerate(rounds):
+            t0 = time.process_time_ns()
+            tokens[r] = sum(counter.message(m) for m in messages)
+            t1 = time.process_time_ns()
+            sum(-(-len(orjson.dumps(m)) // 4) for m in messages)
+            t2 = time.process_time_ns()
+            if passes:
+                exact[r].append(t1 - t0)
+                approx[r].append(t2 - t1)
+    exact_us = [median([float(x) for x in ns]) / 1000 for ns in exact]
+    approx_us = [median([float(x) for x in ns]) / 1000 for ns in approx]
+    posted = await _post_rounds(b, rounds)
+    # The service stored the same counts (so the seeded budget-N entries carry the service's too).
+    stored = [
+        (await b.http.get(f"{b.svc.base_url}/conversations/count-{i}/stats")).json()["total_tokens"]
+        for i in range(COUNTING_CONVERSATIONS)
+    ]
+    expected = [sum(tokens[i::COUNTING_CONVERSATIONS]) for i in range(COUNTING_CONVERSATIONS)]
+    counting_us = median(exact_us)
+    return {
+        "model": counter.model,
+        "encoding": counter.encoding_name,
+        "exact": counter.exact,
+        "entries_per_round": per,
+        "round_bytes_median": median([float(len(orjson.dumps({"messages": m}))) for m in rounds]),
+        "round_tokens_median": median([float(t) for t in tokens]),
+        "counting_us_per_round": summarize_plain(exact_us),
+        "estimate_us_per_round": summarize_plain(approx_us),
+        "post": posted,
+        "tokens_as_stored": stored == expected,
+        # the share of the service's CPU per POSTed round that counting its messages takes
+        "counting_share_of_post_cpu": round(counting_us / posted["service_cpu_us_per_round"], 4)
+        if posted["service_cpu_us_per_round"]
+        else None,
     }

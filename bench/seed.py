@@ -1,5 +1,6 @@
 """Bulk seeding with COPY (never through the API): conversations, their messages (two per round,
-user then assistant), and the completed memories a real conversation of that length would have
+user then assistant; token_budget conversations: agent rounds with tool calls, see
+AgentTranscripts), and the completed memories a real conversation of that length would have
 under its memory policy.
 
 Each conversation stores what the service would store for it: its resolved policy, the context
@@ -13,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -29,16 +30,20 @@ from app.memory.policies import (
 )
 from app.memory.policies.rolling_blocks import RollingBlocksConfig
 from app.memory.policies.sliding_window import SlidingWindowConfig
-from app.memory.types import ConversationState, MemoryRef, Wake
+from app.memory.policies.token_budget import FOLD, TokenBudgetConfig
+from app.memory.tokens import counter_for
+from app.memory.types import ConversationState, MemoryRef, Trigger, Wake
+from app.settings import Settings
 from bench.textgen import message, rng_for
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 SLIDING_WINDOW = "sliding_window"
 ROLLING_BLOCKS = "rolling_blocks"
-POLICIES = (SLIDING_WINDOW, ROLLING_BLOCKS)
+TOKEN_BUDGET = "token_budget"
+POLICIES = (SLIDING_WINDOW, ROLLING_BLOCKS, TOKEN_BUDGET)
 # Scenario 1's conversations: f"{CONTEXT_PREFIXES[policy]}-{messages}".
-CONTEXT_PREFIXES = {SLIDING_WINDOW: "ctx", ROLLING_BLOCKS: "blocks"}
+CONTEXT_PREFIXES = {SLIDING_WINDOW: "ctx", ROLLING_BLOCKS: "blocks", TOKEN_BUDGET: "budget"}
 MESSAGES_PER_ROUND = 2  # every seeded round is a user message and the assistant's answer
 
 
@@ -99,6 +104,202 @@ def _shorten(sentence: str, limit: int) -> str:
     return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
 
 
+# ---- token_budget: agent transcripts with their compression and fold summaries -----------------
+
+# A seeded agent round: the user's request, the assistant's two tool calls, their two results
+# (a few KB: file contents, search hits), the assistant's answer. Every round closes its calls,
+# so each round's first entry is a boundary.
+TOKEN_BUDGET_ROUND = ("user", "calls", "result", "result", "answer")
+ENTRIES_PER_AGENT_ROUND = len(TOKEN_BUDGET_ROUND)
+_AGENT_POOL = 64  # variants of each entry (their tokens are counted once)
+
+
+@dataclass(frozen=True)
+class BudgetMemory:
+    kind: str  # compression or fold
+    start_sequence: int
+    end_sequence: int
+    input_tokens: int
+    text: str
+    tokens: int
+    after_round: int  # the round whose POST made it due (its timestamps follow that round)
+
+
+@dataclass(frozen=True)
+class BudgetHistory:
+    """A token_budget conversation as the service would have stored it, summaries keeping up."""
+
+    entries: int
+    memories: tuple[BudgetMemory, ...]
+    shown: tuple[BudgetMemory, ...]  # newest first, what the context shows
+    total_tokens: int
+    wake: Wake
+
+
+class AgentTranscripts:
+    """Entries of tool-using agents and the token_budget policy's summaries over them, planned by
+    the policy's own code (plan() after every round, each summary completing before the next
+    round: compressions, and folds once the summaries pass their budget). Token counts are the
+    service's (app.memory.tokens, the deployment's model)."""
+
+    def __init__(self, policy: MemoryPolicy, *, model: str, max_chars: int) -> None:
+        self.policy = policy
+        config = policy.config
+        assert isinstance(config, TokenBudgetConfig)
+        self.compression_ratio = config.compression_ratio
+        self.max_chars = max_chars
+        self.counter = counter_for(model)
+        rng = rng_for("bench-seed-agent-pool")
+        users = [message(rng, "user") for _ in range(_AGENT_POOL)]
+        answers = [message(rng, "assistant") for _ in range(_AGENT_POOL)]
+        files = [
+            "\n".join(f"{i + 1:4d}  {message(rng, 'assistant')}" for i in range(6))
+            for _ in range(_AGENT_POOL)
+        ]
+        self._sentences = [_first_sentence(t) for t in answers]
+        self._pool: dict[str, list[tuple[str, int]]] = {}
+        self._pool["user"] = [(orjson.dumps(t).decode(), self._count("user", t)) for t in users]
+        self._pool["answer"] = [(orjson.dumps(t).decode(), self._count("assistant", t)) for t in answers]
+        self._pool["result"] = [(orjson.dumps(t).decode(), self._count("tool", t)) for t in files]
+        self._histories: dict[int, BudgetHistory] = {}
+
+    def _count(self, role: str, content: Any, calls: list[dict[str, Any]] | None = None) -> int:
+        return self.counter.message({"role": role, "content": content, "tool_calls": calls})
+
+    @staticmethod
+    def calls(rnd: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{rnd}_{i}",
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": orjson.dumps({"path": f"src/module_{rnd % 97}/{name}_{i}.py"}).decode(),
+                },
+            }
+            for i, name in enumerate(("read_file", "search_code"))
+        ]
+
+    def entry(self, seq: int) -> tuple[str, str, str | None, str | None, str | None, int]:
+        """(kind, role, content JSON, tool_calls JSON, tool_call_id, tokens) of entry ``seq``."""
+        rnd, slot = divmod(seq, ENTRIES_PER_AGENT_ROUND)
+        what = TOKEN_BUDGET_ROUND[slot]
+        pick = (seq * 7919) % _AGENT_POOL
+        if what == "calls":
+            calls = self.calls(rnd)
+            return (
+                "tool_call",
+                "assistant",
+                None,
+                orjson.dumps(calls).decode(),
+                None,
+                self._count("assistant", None, calls),
+            )
+        content, tokens = self._pool[what][pick]
+        if what == "result":
+            return ("tool_result", "tool", content, None, f"call_{rnd}_{slot - 2}", tokens)
+        return ("message", "user" if what == "user" else "assistant", content, None, None, tokens)
+
+    def posted(self, seq: int) -> dict[str, Any]:
+        """Entry ``seq`` as an agent POSTs it (OpenAI Chat Completions shape)."""
+        _, role, content, calls, call_id, _ = self.entry(seq)
+        message: dict[str, Any] = {
+            "role": role,
+            "content": None if content is None else orjson.loads(content),
+        }
+        if calls is not None:
+            message["tool_calls"] = orjson.loads(calls)
+        if call_id is not None:
+            message["tool_call_id"] = call_id
+        return message
+
+    def _summary_text(self, start: int, end: int, target_tokens: int) -> str:
+        """A compression as a model answers the policy's prompt: about the target, within the
+        service's MEMORY_SUMMARY_MAX_CHARS."""
+        limit = min(self.max_chars, 4 * target_tokens)
+        lines = [f"Entries #{start}-#{end}: the agent read and searched files, then answered."]
+        k = start
+        while sum(len(x) + 1 for x in lines) < limit:
+            lines.append(self._sentences[(k * 31) % _AGENT_POOL])
+            k += 1
+        return "\n".join(lines)[:limit]
+
+    def history(self, entries: int) -> BudgetHistory:
+        if entries not in self._histories:
+            self._histories[entries] = self._simulate(entries)
+        return self._histories[entries]
+
+    def _simulate(self, entries: int) -> BudgetHistory:
+        """Post the rounds one by one and ask the policy after each, as the service would."""
+        per = ENTRIES_PER_AGENT_ROUND
+        cumulative = [0]  # cumulative[s] = tokens of the entries before s
+        for seq in range(entries):
+            cumulative.append(cumulative[-1] + self.entry(seq)[5])
+        memories: list[BudgetMemory] = []
+        shown: list[tuple[MemoryRef, BudgetMemory]] = []  # newest first
+        latest: MemoryRef | None = None
+        lookback = self.policy.lookback_messages
+
+        def state(last_seq: int) -> ConversationState:
+            lowest = last_seq - lookback + 1
+            first = max(0, lowest - lowest % per) if lowest > 0 else 0
+            starts = tuple((s // per, s) for s in range(first, last_seq + 1, per))
+            return ConversationState(
+                last_sequence=last_seq,
+                last_round=last_seq // per,
+                latest_completed=latest,
+                newest=latest,
+                round_starts=starts,
+                total_tokens=cumulative[last_seq + 1],
+                covered_tokens=0 if latest is None else cumulative[latest.end_sequence + 1],
+                shown=tuple(ref for ref, _ in shown),
+            )
+
+        last_seq = -1
+        for rnd in range(-(-entries // per)):
+            last_seq = min(entries, (rnd + 1) * per) - 1
+            while (plan := self.policy.plan(state(last_seq), Trigger.ROUND_END)) is not None:
+                start, end = plan.start_round * per, min(last_seq, plan.end_round * per + per - 1)
+                input_tokens = cumulative[end + 1] - cumulative[start]
+                if plan.kind == FOLD:
+                    # as the service's job sees them: the shown summaries it folds, oldest first
+                    folded = [
+                        m
+                        for ref, m in reversed(shown)
+                        if ref.start_sequence >= start and ref.end_sequence <= end
+                    ]
+                    text = "\n".join(m.text for m in folded)[-self.max_chars :]
+                else:
+                    # TokenBudgetPolicy.target_tokens: compression_ratio of what it covers
+                    target = max(50, int(input_tokens * self.compression_ratio))
+                    text = self._summary_text(start, end, target)
+                made = BudgetMemory(plan.kind, start, end, input_tokens, text, self.counter.count(text), rnd)
+                ref = MemoryRef(
+                    memory_id=len(memories),
+                    kind=plan.kind,
+                    status="completed",
+                    start_sequence=start,
+                    end_sequence=end,
+                    start_round=plan.start_round,
+                    end_round=plan.end_round,
+                    tokens=made.tokens,
+                )
+                memories.append(made)
+                if plan.kind == FOLD:
+                    shown = [shown[0], (ref, made)]
+                else:
+                    shown = [(ref, made), *shown]
+                    latest = ref
+        final = state(last_seq)
+        return BudgetHistory(
+            entries=entries,
+            memories=tuple(memories),
+            shown=tuple(m for _, m in shown),
+            total_tokens=cumulative[entries],
+            wake=self.policy.wake(final),
+        )
+
+
 class Seeder:
     """Message texts come from a fixed pool (seeded), so 100,000 messages cost little to make."""
 
@@ -109,6 +310,7 @@ class Seeder:
         history: bool,
         max_chars: int = 4000,
         pool_size: int = 512,
+        model: str = Settings.model_fields["MEMORY_MODEL"].default,
     ) -> None:
         # Each policy as the service resolves it for a conversation created without parameters.
         self.policies: dict[str, MemoryPolicy] = {
@@ -128,6 +330,7 @@ class Seeder:
         self._texts = {role: [message(rng, role) for _ in range(pool_size)] for role in ("user", "assistant")}
         self._firsts = {role: [_first_sentence(t) for t in texts] for role, texts in self._texts.items()}
         self._pool_size = pool_size
+        self.agents = AgentTranscripts(self.policies[TOKEN_BUDGET], model=model, max_chars=max_chars)
 
     # ---- policies -------------------------------------------------------------------------------
 
@@ -210,6 +413,14 @@ class Seeder:
         """What GET context must return for the seeded conversation (CONTEXT_SQL's rule: the raw
         part starts at the earliest of the message after the newest shown summary and the first
         message of the last R rounds)."""
+        if seed.policy == TOKEN_BUDGET:
+            budget = self.agents.history(seed.messages)
+            newest = budget.shown[0].end_sequence if budget.shown else None
+            return {
+                "summaries": len(budget.shown),
+                "memory_end_sequence": newest,
+                "raw_messages": seed.messages - (-1 if newest is None else newest) - 1,
+            }
         summaries, recent_rounds = self.context_spec(seed.policy)
         shown = self.memories(seed)[-summaries:]
         newest_end = shown[-1].end_sequence if shown else -1
@@ -266,7 +477,11 @@ class Seeder:
         plans: list[tuple[int, ConversationSeed, list[PlannedMemory], dt.datetime]] = []
         policies = {p: orjson.dumps(self.policy_config(p)).decode() for p in POLICIES}
         contents = {role: [orjson.dumps(t).decode() for t in texts] for role, texts in self._texts.items()}
+        budget = _BudgetRows()
         for index, seed in enumerate(conversations):
+            if seed.policy == TOKEN_BUDGET:
+                conv_rows.append(self._budget_rows(seed, now, step, budget))
+                continue
             rounds = rounds_of(seed.messages)
             t0 = now - step * (rounds + 1)
             summaries, recent_rounds = self.context_spec(seed.policy)
@@ -285,6 +500,8 @@ class Seeder:
                     recent_rounds,
                     wake.round,
                     wake.sequence,
+                    wake.tokens,
+                    0,
                 )
             )
             for seq in range(seed.messages):
@@ -361,6 +578,8 @@ class Seeder:
                     "context_recent_rounds",
                     "wake_round",
                     "wake_sequence",
+                    "wake_tokens",
+                    "next_tokens",
                 ],
             )
             await conn.copy_records_to_table(
@@ -410,7 +629,171 @@ class Seeder:
                         "error",
                     ],
                 )
-        return {"conversations": len(conv_rows), "messages": len(msg_rows), "memories": len(mem_rows)}
+            await budget.copy(conn)
+        return {
+            "conversations": len(conv_rows),
+            "messages": len(msg_rows) + len(budget.entries),
+            "memories": len(mem_rows) + len(budget.memories),
+        }
+
+    def _budget_rows(
+        self, seed: ConversationSeed, now: dt.datetime, step: dt.timedelta, rows: _BudgetRows
+    ) -> tuple[Any, ...]:
+        """A token_budget conversation's entries, tool call ids, summaries (``rows``) and its own
+        row: running totals and the wake point as the service leaves them."""
+        per = ENTRIES_PER_AGENT_ROUND
+        history = self.agents.history(seed.messages)
+        rounds = -(-seed.messages // per)
+        t0 = now - step * (rounds + 1)
+        cid = seed.conversation_id
+        before = 0
+        stamps: list[dt.datetime] = []
+        for seq in range(seed.messages):
+            kind, role, content, calls, call_id, tokens = self.agents.entry(seq)
+            at = t0 + step * (seq // per)
+            stamps.append(at)
+            size = len(content.encode()) if content is not None else 0
+            rows.entries.append(
+                (
+                    cid,
+                    seq,
+                    seq // per,
+                    role,
+                    content,
+                    None,
+                    size,
+                    at,
+                    kind,
+                    calls,
+                    call_id,
+                    tokens,
+                    before,
+                    seq % per == 0,
+                )
+            )
+            if calls is not None:
+                rows.calls += [(cid, call["id"], seq) for call in orjson.loads(calls)]
+            if call_id is not None:
+                rows.results.append((cid, call_id, seq))
+            before += tokens
+        for memory in history.memories:
+            created = t0 + step * memory.after_round + dt.timedelta(milliseconds=50)
+            rows.memories.append(
+                [
+                    cid,
+                    memory.kind,
+                    memory.text,
+                    memory.start_sequence,
+                    memory.end_sequence,
+                    memory.start_sequence // per,
+                    memory.end_sequence // per,
+                    memory.start_sequence,
+                    None,
+                    "completed",
+                    created,
+                    1200,
+                    created + dt.timedelta(milliseconds=1200),
+                    None,
+                    1,
+                    None,
+                    memory.tokens,
+                    memory.input_tokens,
+                    stamps[memory.start_sequence],
+                    stamps[memory.end_sequence],
+                ]
+            )
+        assert before == history.total_tokens
+        return (
+            cid,
+            "default",
+            t0,
+            "{}",
+            seed.messages,
+            rounds,
+            orjson.dumps(self.policy_config(TOKEN_BUDGET)).decode(),
+            *self.context_spec(TOKEN_BUDGET),
+            history.wake.round,
+            history.wake.sequence,
+            history.wake.tokens,
+            history.total_tokens,
+        )
+
+
+@dataclass
+class _BudgetRows:
+    """The token_budget conversations' rows, copied after the others'."""
+
+    entries: list[tuple[Any, ...]] = field(default_factory=list)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    results: list[tuple[Any, ...]] = field(default_factory=list)
+    memories: list[list[Any]] = field(default_factory=list)
+
+    async def copy(self, conn: asyncpg.Connection) -> None:
+        if self.entries:
+            await conn.copy_records_to_table(
+                "messages",
+                records=self.entries,
+                columns=[
+                    "conversation_id",
+                    "sequence",
+                    "round",
+                    "role",
+                    "content",
+                    "metadata",
+                    "content_bytes",
+                    "created_at",
+                    "kind",
+                    "tool_calls",
+                    "tool_call_id",
+                    "tokens",
+                    "tokens_before",
+                    "boundary",
+                ],
+            )
+        if self.calls:
+            await conn.copy_records_to_table(
+                "tool_calls", records=self.calls, columns=["conversation_id", "call_id", "sequence"]
+            )
+        if self.results:
+            await conn.copy_records_to_table(
+                "tool_results", records=self.results, columns=["conversation_id", "call_id", "sequence"]
+            )
+        if self.memories:
+            ids = await conn.fetch(
+                "SELECT nextval(pg_get_serial_sequence('memory', 'memory_id')) FROM generate_series(1, $1)",
+                len(self.memories),
+            )
+            records = [
+                (memory_id, *row)
+                for memory_id, row in zip(sorted(r[0] for r in ids), self.memories, strict=True)
+            ]
+            await conn.copy_records_to_table(
+                "memory",
+                records=records,
+                columns=[
+                    "memory_id",
+                    "conversation_id",
+                    "kind",
+                    "memory_text",
+                    "start_sequence",
+                    "end_sequence",
+                    "start_round",
+                    "end_round",
+                    "input_start_sequence",
+                    "base_memory_id",
+                    "status",
+                    "created_at",
+                    "generation_time_ms",
+                    "completed_at",
+                    "lease_expires_at",
+                    "attempts",
+                    "error",
+                    "tokens",
+                    "input_tokens",
+                    "from_at",
+                    "to_at",
+                ],
+            )
 
 
 async def vacuum_analyze(conn: asyncpg.Connection) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.bench_runs import bench_databases, run_tiny
 
-SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "transfer", "append", "sizing"}
+SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "transfer", "counting", "append", "sizing"}
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +39,11 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert {t["name"] for t in doc["targets"]} == {
         "context_cost_ratio",  # the sliding window's (the name it had before policies)
         "context_cost_ratio.rolling_blocks",
+        "context_cost_ratio.token_budget",
         "post_p99_ratio",
         "floor_ratio",
         "floor_ratio.rolling_blocks",
+        "floor_ratio.token_budget",
         "context_tokens_growth",
         "llm_input_growth",
         *(f"mixed_lag_p99_ratio.{latency:g}s" for latency in meta["scale"]["mixed_llm_latencies"]),
@@ -59,7 +61,7 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     assert res["context"]["explain"][str(res["context"]["largest"])]["custom"]["execution_ms"] is not None
     # ... and per policy: every size served with the context its seeded conversation must have
     for key in ("context", "floor"):
-        assert set(res[key]["policies"]) == {"sliding_window", "rolling_blocks"}
+        assert set(res[key]["policies"]) == {"sliding_window", "rolling_blocks", "token_budget"}
         for policy, section in res[key]["policies"].items():
             for size, cell in section["sizes"].items():
                 assert cell["requests"] > 0 and cell["errors"] == 0, (key, policy, size, cell)
@@ -69,6 +71,18 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
     largest = blocks["sizes"][str(blocks["largest"])]
     assert largest["summaries"] == 3 and largest["gap_messages"] == 42  # 3 blocks + 21 rounds raw
     assert blocks["explain"][str(blocks["largest"])]["custom"]["execution_ms"] is not None
+    # token_budget (tiny: 10, 100, 1,000 entries of agent rounds): no summary yet at 10 and 100,
+    # ten compressions at 1,000 (every 95 entries once 100 are active), the newest ending at 949
+    budget = res["context"]["policies"]["token_budget"]["sizes"]
+    assert (budget["10"]["summaries"], budget["10"]["gap_messages"]) == (0, 10)
+    assert (budget["1000"]["summaries"], budget["1000"]["memory_end_sequence"]) == (10, 949)
+    assert all(cell["import_ok"] for cell in budget.values())  # as consistent as an export
+
+    # 9: every agent round POSTed; counting measured exactly, below the POST's whole CPU
+    counting = res["counting"]
+    assert counting["post"]["errors"] == 0 and counting["post"]["rounds"] > 0
+    assert counting["exact"] and 0 < counting["counting_share_of_post_cpu"] < 1
+    assert counting["tokens_as_stored"]
 
     # 2: both LLM latencies measured; summaries ran in the background
     for run in res["post"]["runs"].values():
