@@ -303,11 +303,16 @@ class EdgeMiddleware:
             return
 
         received = 0
+        body_complete = False
 
         async def receive_within_limit() -> Message:
-            nonlocal received
+            nonlocal received, body_complete
             if received > self.max_body:
                 raise BodyTooLarge(self.max_body)
+            if body_complete:
+                # Past the body, receive() only waits for the client to go (a streaming response
+                # listens for it for as long as it streams): no deadline.
+                return await receive()
             try:
                 # A body that trickles in holds a connection and a worker: each piece must come
                 # within the head's deadline.
@@ -319,6 +324,7 @@ class EdgeMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_body:
                     raise BodyTooLarge(self.max_body)
+                body_complete = not message.get("more_body", False)
             return message
 
         try:
