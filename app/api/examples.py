@@ -240,3 +240,22 @@ RUNNER_STATS = {
     "llm_consecutive_failures": 0,
     "llm_circuit_retry_in_seconds": 0.0,
 }
+
+WEBHOOK_IN = {"url": "https://hooks.example.com/memory"}
+WEBHOOK = {
+    "webhook_id": 1,
+    "url": "https://hooks.example.com/memory",
+    "created_at": "2026-04-01T09:00:00.000000Z",
+}
+WEBHOOK_CREATED = {**WEBHOOK, "secret": "whsec_3q2-Vu4bW8Xv0pQzR9sT1uYw6aDcEfGh"}
+RETRIED_DELIVERY = {"conversation_id": "demo", "event_id": 7, "webhook_id": 1, "status": "pending"}
+DEAD_DELIVERY = {
+    "conversation_id": "demo",
+    "event_id": 7,
+    "webhook_id": 1,
+    "url": "https://hooks.example.com/memory",
+    "type": "summary:started",
+    "attempts": 10,
+    "last_error": "HTTP 503",
+    "created_at": "2026-04-01T09:00:00.000000Z",
+}
