@@ -23,7 +23,7 @@ MEMORY_COLUMNS = (
 # The newest row of each status, each one index probe on idx_memory_conversation_status (an
 # ORDER BY over all statuses would read every row of the conversation).
 _NEWEST_BY_STATUS = " UNION ALL ".join(
-    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round
+    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
         FROM memory WHERE conversation_id = :conversation_id AND status = '{status}'
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
     for status in ("completed", "processing", "failed")
@@ -431,7 +431,8 @@ _SHOWN_COLUMNS = (
 CONTEXT_SQL = f"""
 WITH RECURSIVE conv AS (
     SELECT next_sequence, next_round, next_tokens, context_summaries, context_recent_rounds,
-           memory_policy ->> 'name' AS policy, summary_failures, summary_retry_at
+           context_max_summary_tokens, memory_policy ->> 'name' AS policy, summary_failures,
+           summary_retry_at
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
 ), {
@@ -440,7 +441,8 @@ WITH RECURSIVE conv AS (
         _SHOWN_COLUMNS,
         conversation="$1",
         limit="(SELECT context_summaries FROM conv)",
-        within="AND EXISTS (SELECT 1 FROM conv)",
+        within="AND EXISTS (SELECT 1 FROM conv) AND m.tokens <= coalesce("
+        "(SELECT context_max_summary_tokens FROM conv), m.tokens)",
     )
 }, shown AS (
     SELECT memory_id, kind, text, start_sequence, end_sequence, start_round, end_round,
@@ -585,11 +587,17 @@ async def context_json(
         return result
 
 
+# Summaries over the conversation's cap (ContextSpec.max_summary_tokens) are never shown.
+_WITHIN_CAP = (
+    "AND m.tokens <= coalesce((SELECT context_max_summary_tokens FROM conversations "
+    "WHERE conversation_id = :conversation_id), m.tokens)"
+)
 _CHAIN_OF_ONE = chain_cte(
     "chain",
     "m.memory_id, m.start_sequence",
     conversation=":conversation_id",
     limit="(SELECT context_summaries FROM conversations WHERE conversation_id = :conversation_id)",
+    within=_WITHIN_CAP,
 )
 
 
