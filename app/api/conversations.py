@@ -151,7 +151,16 @@ async def create_conversation(
 @router.post(
     "/conversations/{conversation_id}/end",
     response_model=EndConversationOut,
-    responses=errors(404, 422, 503),
+    responses=errors(
+        404,
+        (
+            409,
+            "The conversation is archived (restore it first).",
+            "conversation 'trip-42' is archived; restore it with POST /ops/conversations/{id}/restore first",
+        ),
+        422,
+        503,
+    ),
 )
 async def end_conversation(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
@@ -272,11 +281,19 @@ async def list_conversations(
     after: Annotated[str | None, Query(pattern=CONVERSATION_ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     include_metadata: Annotated[bool, Query(description="Include each conversation's metadata.")] = False,
+    include_archived: Annotated[
+        bool, Query(description="Include archived conversations (left out by default).")
+    ] = False,
 ) -> dict[str, Any]:
     """Conversations ordered by id; pass next_after as ``after`` for the next page. Metadata is
-    null unless ``include_metadata`` is true, so a page stays small."""
+    null unless ``include_metadata`` is true, so a page stays small. Archived conversations are
+    left out unless ``include_archived`` is true."""
     page = await service.list_conversations(
-        tenant_id=tenant, after=after, limit=limit, include_metadata=include_metadata
+        tenant_id=tenant,
+        after=after,
+        limit=limit,
+        include_metadata=include_metadata,
+        archived=None if include_archived else False,
     )
     return {
         "conversations": page,
