@@ -449,8 +449,13 @@ def junk_method(ctx: Context, rng: random.Random) -> Abuse:
     methods = ["PUT", "PATCH", "OPTIONS", "TRACE", "HEAD", "FOO", "BREW", "PROPFIND", "get", "DELETE", "POST"]
     method = rng.choice(methods)
     target = rng.choice(paths)
-    if method == "DELETE" and target.count("/") == 2 and target.startswith("/conversations/"):
-        target = "/conversations/hx-junk-delete"  # never delete a conversation the suite checks
+    if method == "DELETE" and target.startswith("/conversations/") and target.count("/") in (2, 3):
+        # Never delete (or clear the messages of) a conversation the suite checks.
+        target = (
+            "/conversations/hx-junk-delete" + target[target.index("/", 15) :]
+            if target.count("/") == 3
+            else "/conversations/hx-junk-delete"
+        )
     if method == "POST" and target not in ("/ops/runner", "/healthz", "/readyz", "/openapi.json", "/nowhere"):
         target = "/healthz"
     # HEAD of the OpenAPI document is a GET without the body (Starlette's own route): not refused.
