@@ -47,6 +47,28 @@ CONTEXT_PREFIXES = {SLIDING_WINDOW: "ctx", ROLLING_BLOCKS: "blocks", TOKEN_BUDGE
 MESSAGES_PER_ROUND = 2  # every seeded round is a user message and the assistant's answer
 
 
+# The memory columns every seeder fills (COPY); the token_budget seeder adds its token columns.
+MEMORY_COLUMNS = (
+    "memory_id",
+    "conversation_id",
+    "kind",
+    "memory_text",
+    "start_sequence",
+    "end_sequence",
+    "start_round",
+    "end_round",
+    "input_start_sequence",
+    "base_memory_id",
+    "status",
+    "created_at",
+    "generation_time_ms",
+    "completed_at",
+    "lease_expires_at",
+    "attempts",
+    "error",
+)
+
+
 @dataclass(frozen=True)
 class ConversationSeed:
     conversation_id: str
@@ -609,25 +631,7 @@ class Seeder:
                 await conn.copy_records_to_table(
                     "memory",
                     records=mem_rows,
-                    columns=[
-                        "memory_id",
-                        "conversation_id",
-                        "kind",
-                        "memory_text",
-                        "start_sequence",
-                        "end_sequence",
-                        "start_round",
-                        "end_round",
-                        "input_start_sequence",
-                        "base_memory_id",
-                        "status",
-                        "created_at",
-                        "generation_time_ms",
-                        "completed_at",
-                        "lease_expires_at",
-                        "attempts",
-                        "error",
-                    ],
+                    columns=list(MEMORY_COLUMNS),
                 )
             await budget.copy(conn)
         return {
@@ -770,29 +774,7 @@ class _BudgetRows:
             await conn.copy_records_to_table(
                 "memory",
                 records=records,
-                columns=[
-                    "memory_id",
-                    "conversation_id",
-                    "kind",
-                    "memory_text",
-                    "start_sequence",
-                    "end_sequence",
-                    "start_round",
-                    "end_round",
-                    "input_start_sequence",
-                    "base_memory_id",
-                    "status",
-                    "created_at",
-                    "generation_time_ms",
-                    "completed_at",
-                    "lease_expires_at",
-                    "attempts",
-                    "error",
-                    "tokens",
-                    "input_tokens",
-                    "from_at",
-                    "to_at",
-                ],
+                columns=[*MEMORY_COLUMNS, "tokens", "input_tokens", "from_at", "to_at"],
             )
 
 
