@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.memory.runner import DEFAULT_MAX_RUN_SECONDS, SummaryRunner
+from app.memory.runner import CLAIM_BATCH, DEFAULT_MAX_RUN_SECONDS, SummaryRunner
 
 
 async def test_claims_fill_free_slots_only_and_wedged_summaries_lose_their_renewal() -> None:
@@ -65,3 +65,38 @@ def test_the_default_limit_covers_the_default_call_bound() -> None:
         maintenance_interval=1,
     )
     assert runner.max_run_seconds == DEFAULT_MAX_RUN_SECONDS > 180
+
+
+async def test_a_claim_asks_for_a_batch_at_a_time_and_its_summaries_start_before_the_next() -> None:
+    queue = list(range(40))
+    asked: list[int] = []
+    running_when_asked: list[int] = []
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def claim(limit: int) -> list[int]:
+        await asyncio.sleep(0)  # a claim's statements: the summaries already spawned start
+        asked.append(limit)
+        running_when_asked.append(len(started))
+        taken, queue[:] = queue[:limit], queue[limit:]
+        return taken
+
+    async def work(memory_id: int) -> None:
+        started.append(memory_id)
+        await release.wait()
+
+    runner = SummaryRunner(
+        claim=claim,
+        work=work,
+        maintenance=lambda _ids: asyncio.sleep(0),
+        max_concurrent=64,
+        claim_interval=3600,
+        maintenance_interval=3600,
+    )
+    runner.accepting = True
+    assert await runner.claim_now() == 40
+    assert asked == [CLAIM_BATCH, CLAIM_BATCH, CLAIM_BATCH] and queue == []
+    assert running_when_asked == [0, CLAIM_BATCH, 2 * CLAIM_BATCH]
+    release.set()
+    await asyncio.wait_for(runner.wait_idle(), 5)
+    assert sorted(started) == list(range(40))
