@@ -15,7 +15,6 @@ from typing import Any
 
 import asyncpg
 import orjson
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import logs, metrics
@@ -329,10 +328,10 @@ class MemoryService:
         for attempt in (1, 2):
             try:
                 async with self.append_engine.begin() as conn:
-                    outcome = await rounds.append(conn, params)
+                    outcome = await rounds.append(conn, params, transaction=self.pgbouncer)
                 break
-            except IntegrityError as exc:
-                constraint = str(exc.orig)
+            except asyncpg.IntegrityConstraintViolationError as exc:
+                constraint = str(exc.constraint_name or "")
                 if any(name in constraint for name in TOOL_CALL_KEYS):
                     await self._refuse_tool_calls(conversation_id, counted)
                 if attempt == 2 or "pk_idempotency_keys" not in constraint:

@@ -19,10 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import asyncpg
 import orjson
 from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db import classify_db_error
 from app.memory.types import ContextSpec, Wake
 from app.repositories.messages import OUT_COLUMNS, NewMessage
 
@@ -124,6 +127,14 @@ APPEND_SQL = text(
     """
 )
 
+# APPEND_SQL as SQLAlchemy sends it to asyncpg ($1..$n, in _APPEND_ORDER), compiled once: the
+# append runs it on the pooled connection's asyncpg connection directly, skipping SQLAlchemy's
+# per-execution work (compiled-cache lookup, parameter processing, result proxy, greenlet
+# switches): ~0.25 ms of the service's ~1.3 ms of CPU per round (cProfile of 2,000 POSTs).
+_COMPILED_APPEND = APPEND_SQL.compile(dialect=asyncpg_dialect())  # type: ignore[no-untyped-call]
+_APPEND_ASYNCPG = str(_COMPILED_APPEND)
+_APPEND_ORDER: tuple[str, ...] = tuple(_COMPILED_APPEND.positiontup or ())
+
 # Why the append stored nothing: another tenant owns the id, or the merged metadata is too big.
 _REFUSED = text(
     """
@@ -217,12 +228,32 @@ def append_params(
     }
 
 
-async def append(conn: AsyncConnection, params: dict[str, Any]) -> Appended | Refused:
+async def append(
+    conn: AsyncConnection, params: dict[str, Any], *, transaction: bool = False
+) -> Appended | Refused:
     """Store one round (see the module's docstring) with the parameters of append_params. Run
-    it on an autocommit connection: the statement is its own transaction."""
-    row = (await conn.execute(APPEND_SQL, params)).one_or_none()
+    it on an autocommit connection: the statement is its own transaction. With
+    ``transaction`` (behind PgBouncer in transaction mode) it runs in an explicit one, so that
+    its preparation and execution reach the same server connection.
+
+    The statement goes to asyncpg directly, so the engine's error hook does not see its errors:
+    a connection that is lost or whose statement timed out is invalidated here, as that hook
+    would (app.db._on_engine_error), and asyncpg's exception is raised as is."""
+    driver: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
+    args = [params[name] for name in _APPEND_ORDER]
+    try:
+        if transaction:
+            async with driver.transaction():
+                row = await driver.fetchrow(_APPEND_ASYNCPG, *args)
+        else:
+            row = await driver.fetchrow(_APPEND_ASYNCPG, *args)
+    except Exception as exc:
+        failure = classify_db_error(exc)
+        if failure is not None and (failure.connection_lost or isinstance(failure.cause, TimeoutError)):
+            await conn.invalidate()
+        raise
     if row is not None:
-        return Appended(outcome=row.outcome, body=row.body, summary_due=bool(row.summary_due))
+        return Appended(outcome=row["outcome"], body=row["body"], summary_due=bool(row["summary_due"]))
     refused = (
         await conn.execute(
             _REFUSED,
