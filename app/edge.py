@@ -310,11 +310,16 @@ class EdgeMiddleware:
             return
 
         received = 0
+        body_complete = False
 
         async def receive_within_limit() -> Message:
-            nonlocal received
+            nonlocal received, body_complete
             if received > max_body:
                 raise BodyTooLarge(max_body, setting)
+            if body_complete:
+                # Past the body, receive() only waits for the client to go (a streaming response
+                # listens for it for as long as it streams): no deadline.
+                return await receive()
             try:
                 # A body that trickles in holds a connection and a worker: each piece must come
                 # within the head's deadline.
@@ -326,6 +331,7 @@ class EdgeMiddleware:
                 received += len(message.get("body", b""))
                 if received > max_body:
                     raise BodyTooLarge(max_body, setting)
+                body_complete = not message.get("more_body", False)
             return message
 
         try:

@@ -51,3 +51,10 @@ class Invalid(AppError):
     @property
     def detail(self) -> object:
         return [{"loc": self.loc, "msg": self.message, "type": "value_error"}]
+
+
+class TooManyStreams(AppError):
+    """Every event stream this process allows is open (MEMORY_EVENTS_MAX_STREAMS)."""
+
+    status_code = 429
+    code = "too_many_requests"

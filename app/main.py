@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from app.api import admin, context, conversations, docs, health, openapi, ops
+from app.api import admin, context, conversations, docs, events, health, openapi, ops
 from app.api import metrics as metrics_api
 from app.api.responses import edge_responses
 from app.db import (
@@ -34,6 +34,7 @@ from app.edge import (
     request_id_of,
 )
 from app.errors import AppError
+from app.events import EventHub
 from app.metrics import MetricsMiddleware
 from app.runtime import configure_logging, running_service
 from app.settings import Settings, load_settings
@@ -49,7 +50,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async with running_service(settings, run_summaries=settings.MEMORY_RUN_SUMMARIES) as service:
             app.state.engine = service.engine
             app.state.service = service
-            yield
+            hub = EventHub(
+                engine=service.engine,
+                max_streams=settings.MEMORY_EVENTS_MAX_STREAMS,
+                heartbeat_seconds=settings.MEMORY_EVENTS_HEARTBEAT_SECONDS,
+            )
+            app.state.hub = service.hub = hub
+            await hub.start()
+            try:
+                yield
+            finally:
+                await hub.stop()
 
     app = FastAPI(
         title="Conversation memory service",
@@ -76,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.admin_key is not None:
         app.include_router(admin.router)
     app.state.head_revision = head_revision()
-    for module in (conversations, context, ops):
+    for module in (conversations, context, events, ops):
         app.include_router(module.router, responses=edge_responses(api_keys=bool(settings.api_keys)))
     app.include_router(health.router, responses=edge_responses(api_keys=False))
     if docs_served(settings):

@@ -54,6 +54,10 @@ conversations = Table(
     Column("wake_round", Integer, nullable=False, server_default="0"),
     Column("wake_sequence", Integer, nullable=False, server_default="0"),
     Column("wake_tokens", BigInteger, nullable=True),
+    # The id of the conversation's newest event (app.repositories.events), and until when a
+    # stream (or a waiting read) watches it: only then do its writes send a NOTIFY.
+    Column("last_event_id", BigInteger, nullable=False, server_default="0"),
+    Column("events_watched_until", DateTime(timezone=True), nullable=True),
     CheckConstraint("summary_failures >= 0", name="summary_failures"),
     CheckConstraint("context_summaries >= 1 AND context_recent_rounds >= 0", name="context"),
     Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
@@ -209,4 +213,19 @@ idempotency_keys = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "idempotency_key", name="pk_idempotency_keys"),
     Index("ix_idempotency_keys_created_at", "created_at"),
+)
+
+# The event outbox: no foreign key, so a deleted conversation's last events outlive it.
+events = Table(
+    "events",
+    metadata,
+    Column("conversation_id", String(50), nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "event_id", name="pk_events"),
+    CheckConstraint("event_id > 0", name="event_id_positive"),
+    Index("ix_events_created_at", "created_at"),
 )

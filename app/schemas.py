@@ -450,6 +450,16 @@ class ContextOut(BaseModel):
     memory_lag_messages: int = Field(
         description="How many stored messages the newest summary does not cover."
     )
+    waited: bool | None = Field(
+        default=None,
+        description="Only with ?wait_for_pending: true when a summary was processing and the read "
+        "waited for it.",
+    )
+    pending: bool | None = Field(
+        default=None,
+        description="Only with ?wait_for_pending: true when the summary that was processing still "
+        "is (the wait ran out); false when it completed or failed, or none was processing.",
+    )
 
 
 class OpenAIContextOut(BaseModel):
@@ -733,6 +743,7 @@ ErrorCode = Literal[
     "payload_too_large",
     "unsupported_media_type",
     "invalid_request",
+    "too_many_requests",
     "header_too_large",
     "internal_error",
     "unavailable",

@@ -99,6 +99,13 @@ class Settings(BaseSettings):
 
     MEMORY_IDEMPOTENCY_TTL_HOURS: float = Field(default=24.0, gt=0)
 
+    # Events (app.events): how long they are kept, streams per process, heartbeat interval, and
+    # the longest GET .../context?wait_for_pending.
+    MEMORY_EVENTS_TTL_HOURS: float = Field(default=72.0, gt=0)
+    MEMORY_EVENTS_MAX_STREAMS: int = Field(default=1000, ge=1)
+    MEMORY_EVENTS_HEARTBEAT_SECONDS: float = Field(default=15.0, gt=0, le=300)
+    MEMORY_CONTEXT_MAX_WAIT_SECONDS: float = Field(default=30.0, ge=0, le=600)
+
     MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1, le=1000)
     MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
     MEMORY_MAX_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)

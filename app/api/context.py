@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 
 from app.api import examples
-from app.api.deps import ConversationIdPath, ServiceDep, TenantDep
+from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
 from app.api.responses import errors
 from app.memory import formats
 from app.memory.policies import renderer
@@ -61,6 +61,7 @@ _OK: dict[int | str, dict[str, Any]] = {
 async def get_context(
     conversation_id: ConversationIdPath,
     service: ServiceDep,
+    settings: SettingsDep,
     tenant: TenantDep,
     format: Annotated[
         Literal["json", "text", "markdown", "openai", "anthropic"],
@@ -83,6 +84,16 @@ async def get_context(
         int | None,
         Query(ge=1, le=100_000_000, description="A model's window: adds the share of it the context uses."),
     ] = None,
+    wait_for_pending: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=3600,
+            description="Seconds (capped by MEMORY_CONTEXT_MAX_WAIT_SECONDS): when a summary is processing, "
+            "wait until it completes or fails, or this time passes, then answer. `waited` and `pending` "
+            "(and the X-Context-Waited / X-Context-Pending headers) say what happened.",
+        ),
+    ] = None,
 ) -> Response:
     """The summaries the conversation's policy shows plus every message after them. While a
     newer summary is processing, the previous ones with more raw messages: never blocked, never
@@ -94,11 +105,17 @@ async def get_context(
         format=format,
         max_tokens=max_tokens,
         context_window=context_window,
+        wait_for_pending=None
+        if wait_for_pending is None
+        else min(wait_for_pending, settings.MEMORY_CONTEXT_MAX_WAIT_SECONDS),
     )
     headers = {
         "X-Context-Tokens": str(context["tokens"]["total"]),
         "X-Context-Truncated": "true" if context["truncated"] else "false",
     }
+    if wait_for_pending is not None:
+        headers["X-Context-Waited"] = "true" if context["waited"] else "false"
+        headers["X-Context-Pending"] = "true" if context["pending"] else "false"
     media = {"text": "text/plain; charset=utf-8", "markdown": "text/markdown; charset=utf-8"}
     return Response(content=body, media_type=media.get(format, "application/json"), headers=headers)
 

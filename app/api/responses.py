@@ -77,6 +77,11 @@ ERRORS: dict[int, ErrorDoc] = {
         ],
         model=ValidationErrorOut,
     ),
+    429: ErrorDoc(
+        "too_many_requests",
+        "Too many of something open at once on this server process: retry later.",
+        "1000 event streams are open on this server (MEMORY_EVENTS_MAX_STREAMS); retry later",
+    ),
     431: ErrorDoc(
         "header_too_large",
         "The request line and headers are larger than 16 KiB.",

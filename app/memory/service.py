@@ -9,7 +9,7 @@ import hashlib
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app import logs, metrics
 from app.db import classify_db_error, describe_db_error, is_database_error
 from app.errors import Conflict, Invalid, NotFound, PayloadTooLarge
+from app.events import EventHub, wait_until
 from app.memory import formats
 from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel, EmptySummaryError, LLMCallTimeoutError, LLMRequestError
@@ -38,7 +39,16 @@ from app.memory.runner import RUN_LIMIT_MARGIN_SECONDS, SummaryRunner
 from app.memory.tokens import TokenCounter
 from app.memory.transfer import plan_import, renumber
 from app.memory.types import ConversationState, MemoryRef, SummaryJob, SummaryPlan, Trigger
-from app.repositories import conversations, idempotency, memory, messages, rounds, transfer, work
+from app.repositories import (
+    conversations,
+    events,
+    idempotency,
+    memory,
+    messages,
+    rounds,
+    transfer,
+    work,
+)
 from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
 from app.repositories.rounds import Refused
@@ -50,6 +60,8 @@ COUNT_IN_THREAD_CHARS = 16_384
 
 # The keys a round's tool calls and results may fail on (app.repositories.rounds).
 TOOL_CALL_KEYS = ("pk_tool_calls", "pk_tool_results", "fk_tool_results_conversation_id_tool_calls")
+# A round that failed on one of these is run once more (see append_messages).
+RETRIED_KEYS = ("pk_idempotency_keys", "pk_events")
 
 # Due conversations a runner plans at once (each holds a pooled connection while it does).
 CLAIM_PARALLELISM = 8
@@ -152,6 +164,7 @@ class MemoryService:
         breaker: CircuitBreaker,
         lease_seconds: float,
         idempotency_ttl_hours: float,
+        events_ttl_hours: float,
         max_concurrent: int,
         claim_interval: float,
         maintenance_interval: float,
@@ -177,6 +190,10 @@ class MemoryService:
         self.breaker = breaker
         self.lease_seconds = lease_seconds
         self.idempotency_ttl_hours = idempotency_ttl_hours
+        self.events_ttl_hours = events_ttl_hours
+        # This process's LISTEN connection, for reads that wait (set by the HTTP app; a worker
+        # has none).
+        self.hub: EventHub | None = None
         # Tenants this runner gave a slot, least recent first, with when (a counter).
         self._served: dict[str, int] = {}
         self._turns = itertools.count()
@@ -334,7 +351,9 @@ class MemoryService:
                 constraint = str(exc.constraint_name or "")
                 if any(name in constraint for name in TOOL_CALL_KEYS):
                     await self._refuse_tool_calls(conversation_id, counted)
-                if attempt == 2 or "pk_idempotency_keys" not in constraint:
+                # pk_events: the conversation was deleted and created again meanwhile, and the
+                # statement numbered its events from before the deletion's event.
+                if attempt == 2 or not any(key in constraint for key in RETRIED_KEYS):
                     raise
         if isinstance(outcome, Refused):
             if outcome.foreign:
@@ -703,7 +722,7 @@ class MemoryService:
 
     async def maintain(self, owned: list[int]) -> None:
         """Renew the leases of our rows, fail rows whose runners died on every attempt, expire
-        idempotency keys."""
+        idempotency keys and old events."""
         async with self.engine.begin() as conn:
             if owned:
                 await memory.renew_leases(conn, memory_ids=owned, lease_seconds=self.lease_seconds)
@@ -722,6 +741,7 @@ class MemoryService:
                 policy_name = row["policy"] or metrics.UNKNOWN_POLICY
                 metrics.SUMMARIES_FAILED.labels(policy_name, "lease_expired").inc()
             await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
+            await events.expire(conn, older_than_hours=self.events_ttl_hours)
 
     async def drain(self) -> None:
         """Run until no work is due now and nothing runs here (tests, benchmarks, a worker's
@@ -797,16 +817,26 @@ class MemoryService:
         format: str,
         max_tokens: int | None,
         context_window: int | None,
+        wait_for_pending: float | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The context in ``format`` (json, text, markdown, openai, anthropic) and what it holds
-        (its JSON form). A rendering the provider would refuse is a 409 naming why."""
-        body = await self.get_context_json(
-            tenant_id=tenant_id,
-            conversation_id=conversation_id,
-            max_tokens=max_tokens,
-            context_window=context_window,
-        )
+        (its JSON form). A rendering the provider would refuse is a 409 naming why. With
+        ``wait_for_pending`` seconds, a summary processing when the request came is waited for
+        (until it completes or fails, or the time is up), and the context says so."""
+
+        async def read() -> str:
+            return await self.get_context_json(
+                tenant_id=tenant_id,
+                conversation_id=conversation_id,
+                max_tokens=max_tokens,
+                context_window=context_window,
+            )
+
+        body = await read()
         context: dict[str, Any] = orjson.loads(body)
+        if wait_for_pending is not None:
+            context = await self._wait_for_pending(conversation_id, context, read, wait_for_pending)
+            body = orjson.dumps(context).decode()
         if format == "json":
             return body, context
         policy = renderer(context["policy"])
@@ -820,6 +850,33 @@ class MemoryService:
         except formats.Unrenderable as exc:
             raise Conflict(f"the context cannot be rendered for {format}: {exc}") from None
         return rendered, context
+
+    async def _wait_for_pending(
+        self,
+        conversation_id: str,
+        context: dict[str, Any],
+        read: Callable[[], Awaitable[str]],
+        seconds: float,
+    ) -> dict[str, Any]:
+        """Wait up to ``seconds`` for the summary ``context`` shows processing to complete or
+        fail, woken by its event (app.events), and return the context read then, with ``waited``
+        and ``pending``."""
+        processing = context["processing"]
+        if processing is None or seconds <= 0 or self.hub is None:
+            return context | {"waited": False, "pending": processing is not None}
+        awaited = processing["memory_id"]
+        latest = context
+
+        async def settled() -> bool:
+            nonlocal latest
+            latest = orjson.loads(await read())
+            now = latest["processing"]
+            return now is None or now["memory_id"] != awaited
+
+        # The mark outlives the wait by a little: it only costs NOTIFYs.
+        async with self.hub.subscribe(conversation_id, seconds=seconds + 5) as wake:
+            done = await wait_until(wake, settled, seconds=seconds)
+        return latest | {"waited": True, "pending": not done}
 
     async def list_memories(self, *, tenant_id: str | None, conversation_id: str) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
@@ -856,9 +913,13 @@ class MemoryService:
             )
 
     async def delete_conversation(self, *, tenant_id: str, conversation_id: str) -> None:
-        """Delete a conversation; a summary still running for it finds its row gone and stops."""
+        """Delete a conversation, recording ``conversation:deleted``; a summary still running for
+        it finds its row gone and stops."""
         async with self.engine.begin() as conn:
-            if not await conversations.delete(conn, conversation_id=conversation_id, tenant_id=tenant_id):
+            deleted = await events.delete_conversation(
+                conn, conversation_id=conversation_id, tenant_id=tenant_id
+            )
+            if not deleted:
                 raise NotFound(f"conversation {conversation_id!r} not found")
 
     async def _require(self, conn: AsyncConnection, *, tenant_id: str | None, conversation_id: str) -> None:

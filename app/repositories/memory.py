@@ -10,6 +10,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import MemoryRef, SummaryPlan
+from app.repositories.events import (
+    COMPRESSED,
+    NOTIFIED,
+    SUMMARY_COMPLETED,
+    SUMMARY_FAILED,
+    SUMMARY_STARTED,
+    emit_ctes,
+    reserve_returning,
+)
 from app.repositories.messages import OUT_COLUMNS
 from app.repositories.tenants import of_tenant
 
@@ -28,6 +37,32 @@ _NEWEST_BY_STATUS = " UNION ALL ".join(
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
     for status in ("completed", "processing", "failed")
 )
+
+
+def _summary_data(m: str, **extra: str) -> str:
+    """The data of a summary event: which memory row, of what kind, over which messages."""
+    fields = {
+        "memory_id": f"{m}.memory_id",
+        "kind": f"{m}.kind",
+        "start_sequence": f"{m}.start_sequence",
+        "end_sequence": f"{m}.end_sequence",
+        **extra,
+    }
+    return "json_build_object(" + ", ".join(f"'{k}', {v}" for k, v in fields.items()) + ")"
+
+
+def _started_events(rows: str, *, retry: bool) -> str:
+    """CTEs recording summary:started for the memory row of the CTE ``rows`` (its conversation's
+    row is locked by the caller, or here)."""
+    return f"""reserved AS (
+        UPDATE conversations c SET last_event_id = c.last_event_id + 1
+        FROM {rows} WHERE c.conversation_id = {rows}.conversation_id
+        RETURNING {reserve_returning("1")}
+    ), source AS (
+        SELECT r.conversation_id, r.tenant_id, r.events_before + 1 AS event_id,
+               '{SUMMARY_STARTED}' AS type, {_summary_data("n", retry=str(retry).lower())} AS data, r.watched
+        FROM reserved r JOIN {rows} n USING (conversation_id)
+    ), {emit_ctes("source")}"""
 
 
 def chain_cte(name: str, columns: str, *, conversation: str, limit: str, within: str = "") -> str:
@@ -149,7 +184,7 @@ async def insert_processing(
                         (SELECT sequence FROM messages
                          WHERE conversation_id = :conversation_id AND round <= :end_round
                          ORDER BY sequence DESC LIMIT 1) AS end_sequence
-                )
+                ), inserted AS (
                 INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence,
                                     start_round, end_round, input_start_sequence, base_memory_id,
                                     status, lease_expires_at, attempts, input_tokens, from_at, to_at)
@@ -165,6 +200,8 @@ async def insert_processing(
                                   WHERE conversation_id = :conversation_id AND status = 'processing')
                 ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
                 RETURNING {MEMORY_COLUMNS}
+                ), {_started_events("inserted", retry=False)}
+                SELECT {MEMORY_COLUMNS} FROM inserted WHERE {NOTIFIED}
                 """
             ),
             {
@@ -208,22 +245,49 @@ async def complete(
     rows = (
         await conn.execute(
             text(
-                """
+                f"""
                 WITH done AS (
                     UPDATE memory
                     SET status = 'completed', memory_text = :memory_text, tokens = :tokens,
                         generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
                         error = NULL
                     WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-                    RETURNING conversation_id, input_start_sequence, end_sequence, completed_at
-                ), reset AS (
-                    UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL
-                    FROM done WHERE c.conversation_id = done.conversation_id AND c.summary_failures > 0
-                )
+                    RETURNING memory_id, kind, conversation_id, input_start_sequence, start_sequence,
+                              end_sequence, completed_at, tokens, input_tokens, generation_time_ms
+                ), reserved AS (
+                    -- Ends the failure streak; a compression also reports its tokens saved.
+                    UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL,
+                        last_event_id = c.last_event_id
+                            + CASE WHEN done.kind = 'compression' THEN 2 ELSE 1 END
+                    FROM done WHERE c.conversation_id = done.conversation_id
+                    RETURNING c.conversation_id, c.tenant_id, c.last_event_id AS last_id,
+                              coalesce(c.events_watched_until > now(), false) AS watched
+                ), source AS (
+                    SELECT r.conversation_id, r.tenant_id,
+                           r.last_id - CASE WHEN d.kind = 'compression' THEN 1 ELSE 0 END AS event_id,
+                           '{SUMMARY_COMPLETED}' AS type,
+                           {_summary_data("d", tokens="d.tokens", generation_time_ms="d.generation_time_ms")}
+                               AS data, r.watched
+                    FROM reserved r JOIN done d USING (conversation_id)
+                    UNION ALL
+                    SELECT r.conversation_id, r.tenant_id, r.last_id, '{COMPRESSED}',
+                           {
+                    _summary_data(
+                        "d",
+                        original_tokens="d.input_tokens",
+                        tokens="d.tokens",
+                        tokens_saved="d.input_tokens - d.tokens",
+                    )
+                },
+                           r.watched
+                    FROM reserved r JOIN done d USING (conversation_id)
+                    WHERE d.kind = 'compression'
+                ), {emit_ctes("source")}
                 SELECT extract(epoch FROM done.completed_at - min(m.created_at)) AS lag
                 FROM done
                 LEFT JOIN messages m ON m.conversation_id = done.conversation_id
                     AND m.sequence BETWEEN done.input_start_sequence AND done.end_sequence
+                WHERE {NOTIFIED}
                 GROUP BY done.completed_at, m.round
                 """
             ),
@@ -274,9 +338,19 @@ _BACK_OFF = f"""
         summary_due_at = CASE WHEN c.summary_failures + 1 < :max_attempts
             THEN greatest(c.summary_due_at,
                           now() + make_interval(secs => {retry_delay_sql("c.summary_failures + 1")}))
-            ELSE c.summary_due_at END
+            ELSE c.summary_due_at END,
+        last_event_id = c.last_event_id + 1
     FROM failed WHERE c.conversation_id = failed.conversation_id
+    RETURNING {reserve_returning("1")}
 """
+
+# summary:failed for each row of ``failed`` (memory_id, kind, sequences, error), numbered by
+# _BACK_OFF's update of its conversation (CTE ``streak``).
+_FAILED_EVENTS = f"""source AS (
+        SELECT s.conversation_id, s.tenant_id, s.events_before + 1 AS event_id, '{SUMMARY_FAILED}' AS type,
+               {_summary_data("f", error="f.error")} AS data, s.watched
+        FROM streak s JOIN failed f USING (conversation_id)
+    ), {emit_ctes("source")}"""
 
 
 async def fail(
@@ -299,9 +373,9 @@ async def fail(
                 SET status = 'failed', error = :error, generation_time_ms = :ms,
                     completed_at = now(), lease_expires_at = NULL
                 WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-                RETURNING conversation_id
-            ), streak AS ({_BACK_OFF})
-            SELECT 1 FROM failed
+                RETURNING memory_id, kind, conversation_id, start_sequence, end_sequence, error
+            ), streak AS ({_BACK_OFF}), {_FAILED_EVENTS}
+            SELECT 1 FROM failed WHERE {NOTIFIED}
             """
         ),
         {
@@ -360,10 +434,11 @@ async def reap_expired(conn: AsyncConnection, *, backoff: Backoff, max_attempts:
                     error = 'lease expired on every attempt: the runner stopped renewing it '
                             '(crash, kill or redeploy)'
                 WHERE status = 'processing' AND lease_expires_at < now() AND attempts >= :max_attempts
-                RETURNING memory_id, conversation_id, start_sequence, end_sequence, attempts
-            ), streak AS ({_BACK_OFF})
+                RETURNING memory_id, kind, conversation_id, start_sequence, end_sequence, attempts, error
+            ), streak AS ({_BACK_OFF}), {_FAILED_EVENTS}
             SELECT failed.*, c.memory_policy ->> 'name' AS policy
             FROM failed LEFT JOIN conversations c USING (conversation_id)
+            WHERE {NOTIFIED}
             """
         ),
         {"max_attempts": max_attempts, **backoff.params()},
@@ -394,6 +469,7 @@ async def restart_failed(
         await conn.execute(
             text(
                 f"""
+                WITH restarted AS (
                 UPDATE memory
                 SET status = 'processing', error = NULL, completed_at = NULL,
                     generation_time_ms = NULL, lease_expires_at = NULL
@@ -402,6 +478,8 @@ async def restart_failed(
                       SELECT 1 FROM memory p
                       WHERE p.conversation_id = memory.conversation_id AND p.status = 'processing')
                 RETURNING {MEMORY_COLUMNS}
+                ), {_started_events("restarted", retry=True)}
+                SELECT {MEMORY_COLUMNS} FROM restarted WHERE {NOTIFIED}
                 """
             ),
             {"memory_id": memory_id},

@@ -6,8 +6,9 @@ transaction (one round trip): the idempotency lookup, the conversation's upsert 
 the default policy, or reserving the next round and sequence range under its row lock), the
 metadata merge and its limits, the messages with their running token total and boundary flag,
 the tool calls they make and answer, whether a summary became due (the conversation's stored wake
-point, see app.memory.types.Wake), and the idempotency record with the response the statement
-builds. A statement is atomic: on any error nothing of it is stored (a tool result naming no
+point, see app.memory.types.Wake), the idempotency record with the response the statement
+builds, and an ``entry:added`` event per message (app.repositories.events). A statement is
+atomic: on any error nothing of it is stored, its events included (a tool result naming no
 earlier call, or answering one twice, fails on the keys of tool_results), and the row lock
 serializes writers of one conversation, so sequences never overlap and never leave holes.
 """
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import classify_db_error
 from app.memory.types import ContextSpec, Wake
+from app.repositories.events import ENTRY_ADDED, emit_ctes
 from app.repositories.messages import OUT_COLUMNS, NewMessage
 
 APPEND_SQL = text(
@@ -40,13 +42,16 @@ APPEND_SQL = text(
         INSERT INTO conversations AS c (conversation_id, tenant_id, metadata, next_sequence, next_round,
                                         memory_policy, context_summaries, context_recent_rounds,
                                         wake_round, wake_sequence, wake_tokens, summary_due_at,
-                                        next_tokens, open_tool_calls)
+                                        next_tokens, open_tool_calls, last_event_id)
         SELECT :conversation_id, :tenant_id, r.doc, :count, 1, CAST(:memory_policy AS jsonb),
                :context_summaries, :context_recent_rounds, :wake_round, :wake_sequence,
                CAST(:wake_tokens AS bigint),
                CASE WHEN (0 >= :wake_round AND :count - 1 >= :wake_sequence)
                          OR CAST(:round_tokens AS bigint) >= CAST(:wake_tokens AS bigint) THEN now() END,
-               :round_tokens, :open_delta
+               :round_tokens, :open_delta,
+               -- A conversation created again after a DELETE goes on numbering its events.
+               (SELECT coalesce(max(event_id), 0) FROM events WHERE conversation_id = :conversation_id)
+                   + :count
         FROM request r
         WHERE NOT EXISTS (SELECT 1 FROM prior)
           AND octet_length(r.doc::text) <= :max_bytes
@@ -57,6 +62,7 @@ APPEND_SQL = text(
                 metadata = c.metadata || excluded.metadata,
                 next_tokens = c.next_tokens + :round_tokens,
                 open_tool_calls = c.open_tool_calls + :open_delta,
+                last_event_id = c.last_event_id + :count,
                 -- Reaching the wake point makes a summary due now, or once a failure's backoff
                 -- is over; it brings an existing mark's time forward, never back.
                 summary_due_at = CASE
@@ -75,7 +81,10 @@ APPEND_SQL = text(
         RETURNING c.next_sequence - :count AS first_sequence, c.next_round - 1 AS round,
                   (xmax = 0) AS created, c.summary_due_at IS NOT NULL AS summary_due,
                   c.next_tokens - :round_tokens AS tokens_before,
-                  c.open_tool_calls - :open_delta AS open_before
+                  c.open_tool_calls - :open_delta AS open_before,
+                  c.last_event_id - :count AS events_before,
+                  -- A new conversation always notifies: no stream could mark it watched before.
+                  (xmax = 0) OR coalesce(c.events_watched_until > now(), false) AS watched
     ), items AS (
         SELECT t.*, conv.first_sequence + t.ord - 1 AS sequence
         FROM conv,
@@ -105,7 +114,17 @@ APPEND_SQL = text(
     ), results AS (
         INSERT INTO tool_results (conversation_id, call_id, sequence)
         SELECT :conversation_id, i.tool_call_id, i.sequence FROM items i WHERE i.tool_call_id IS NOT NULL
-    ), body AS (
+    ), entry_events AS (
+        -- entry:added, one per message: what it is, not its content (GET .../messages has it).
+        SELECT CAST(:conversation_id AS varchar) AS conversation_id, CAST(:tenant_id AS varchar) AS tenant_id,
+               conv.events_before + s.sequence - conv.first_sequence + 1 AS event_id,
+               '{ENTRY_ADDED}' AS type,
+               json_build_object('sequence', s.sequence, 'round', s.round, 'type', s.type, 'role', s.role,
+                                 'tokens', s.tokens, 'name', s.name, 'tool_call_id', s.tool_call_id,
+                                 'created_at', s.created_at) AS data,
+               conv.watched
+        FROM conv, stored s
+    ), {emit_ctes("entry_events")}, body AS (
         SELECT json_build_object(
             'conversation_id', CAST(:conversation_id AS text),
             'created', conv.created,
@@ -119,10 +138,12 @@ APPEND_SQL = text(
         SELECT :conversation_id, :key, :request_hash, body.doc FROM body
         WHERE CAST(:key AS varchar) IS NOT NULL
     )
-    SELECT 'stored' AS outcome, body.doc::text AS body, body.summary_due FROM body
+    SELECT 'stored' AS outcome, body.doc::text AS body, body.summary_due,
+           (SELECT count(*) FROM ev_notified) AS notified
+    FROM body
     UNION ALL
     SELECT CASE WHEN prior.request_hash = :request_hash THEN 'replayed' ELSE 'key_reused' END,
-           prior.body, false
+           prior.body, false, 0
     FROM prior
     """
 )

@@ -213,6 +213,7 @@ MESSAGES = "/conversations/{conversation_id}/messages"
 ROUND_JSON = b'{"messages": [{"role": "user", "content": "hi"}]}'
 
 # Statuses particular to an operation; the ones every operation gets are added by edge_calls.
+EVENTS = "/conversations/{conversation_id}/events"
 CALLS = [
     Call("POST", MESSAGES, 400, kwargs=json_body(b"{not json")),
     Call(
@@ -271,6 +272,8 @@ CALLS = [
         path="/conversations/open/context?format=openai",
     ),
     Call("GET", "/conversations/{conversation_id}/context", 422, path="/conversations/-bad/context"),
+    Call("GET", EVENTS, 422, path="/conversations/demo/events", kwargs={"headers": {"Last-Event-ID": "x"}}),
+    Call("GET", EVENTS, 422, path="/conversations/demo/events?after=-1"),
     Call("GET", "/conversations/{conversation_id}/memories", 404, path="/conversations/nobody/memories"),
     Call("GET", "/conversations/{conversation_id}/memories", 422, path="/conversations/a%20b/memories"),
     Call(
@@ -439,6 +442,16 @@ async def test_documented_error_bodies_are_the_real_ones(
     for call in calls:
         check_body(doc, call, await send(client, call))
         provoked.add((call.method, call.template, call.status))
+
+    # Every stream slot taken (as if; test_events opens real streams up to the bound).
+    hub = limited.app.state.hub
+    hub.streams = hub.max_streams
+    try:
+        call = Call("GET", EVENTS, 429, path="/conversations/demo/events")
+        check_body(doc, call, await send(client, call))
+        provoked.add((call.method, call.template, call.status))
+    finally:
+        hub.streams = 0
 
     # A database that does not answer: every operation that reads it gets its 503.
     await db.execute("BEGIN")
