@@ -11,6 +11,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -228,4 +229,39 @@ events = Table(
     PrimaryKeyConstraint("conversation_id", "event_id", name="pk_events"),
     CheckConstraint("event_id > 0", name="event_id_positive"),
     Index("ix_events_created_at", "created_at"),
+)
+
+# A tenant's webhook endpoints: tenant-wide configuration (a Citus reference table), the one
+# table not keyed by conversation.
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("webhook_id", BigInteger, Identity(), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("url", String(2000), nullable=False),
+    Column("secret", String(100), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("webhook_id", name="pk_webhooks"),
+    Index("ix_webhooks_tenant_id", "tenant_id"),
+)
+
+# One delivery of an event to an endpoint, written with the event (app.repositories.webhooks).
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("conversation_id", String(50), nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    Column("webhook_id", BigInteger, nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("status", String(10), nullable=False, server_default="pending"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "event_id", "webhook_id", name="pk_webhook_deliveries"),
+    CheckConstraint("status IN ('pending', 'delivered', 'dead')", name="status"),
+    Index("ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'pending'")),
+    Index("ix_webhook_deliveries_dead", "tenant_id", "created_at", postgresql_where=text("status = 'dead'")),
+    Index("ix_webhook_deliveries_created_at", "created_at"),
 )

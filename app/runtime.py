@@ -16,6 +16,8 @@ from app.memory.service import Limits, MemoryService, Retries
 from app.memory.tokens import counter_for
 from app.repositories.memory import Backoff
 from app.settings import Settings, SummarizerKind
+from app.webhooks import Retries as WebhookRetries
+from app.webhooks import WebhookSender
 
 logger = logging.getLogger("app")
 
@@ -100,6 +102,17 @@ async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIt
         else "left to workers",
     )
     service.runner.start(claims=run_summaries)
+    sender = WebhookSender(
+        engine=engine,
+        timeout_seconds=settings.MEMORY_WEBHOOK_TIMEOUT_SECONDS,
+        interval_seconds=settings.MEMORY_WEBHOOK_INTERVAL_SECONDS,
+        retries=WebhookRetries(
+            max_attempts=settings.MEMORY_WEBHOOK_MAX_ATTEMPTS,
+            backoff_seconds=settings.MEMORY_WEBHOOK_BACKOFF_SECONDS,
+            backoff_max_seconds=settings.MEMORY_WEBHOOK_BACKOFF_MAX_SECONDS,
+        ),
+    )
+    sender.start()
     stop_sampling = asyncio.Event()
     sampling = asyncio.create_task(
         metrics.sample_forever(
@@ -115,6 +128,7 @@ async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIt
     finally:
         stop_sampling.set()
         await asyncio.gather(sampling, return_exceptions=True)
+        await sender.stop()
         await service.runner.shutdown(settings.MEMORY_SHUTDOWN_GRACE_SECONDS)
         if model is not None:
             await model.aclose()

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import (
     AfterValidator,
+    AnyHttpUrl,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -16,6 +17,7 @@ from pydantic import (
     PlainValidator,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -729,6 +731,60 @@ class ClearedOut(BaseModel):
     dropped_processing: int | None = Field(
         description="The summary that was in flight (dropped: its result is discarded), if any."
     )
+
+
+# ---- Webhooks ----------------------------------------------------------------------------------
+
+
+class WebhookIn(RequestBody):
+    model_config = _examples(examples.WEBHOOK_IN)
+
+    url: AnyHttpUrl = Field(description="Where the tenant's events are POSTed (http or https).")
+
+    @field_validator("url")
+    @classmethod
+    def _short(cls, value: AnyHttpUrl) -> AnyHttpUrl:
+        if len(str(value)) > 2000:
+            raise ValueError("at most 2000 characters")
+        return value
+
+
+class WebhookOut(BaseModel):
+    model_config = _examples(examples.WEBHOOK)
+
+    webhook_id: int
+    url: str
+    created_at: datetime
+
+
+class WebhookCreated(WebhookOut):
+    model_config = _examples(examples.WEBHOOK_CREATED)
+
+    secret: str = Field(
+        description="The key of the Memory-Signature HMAC: shown only in this answer, so store it now."
+    )
+
+
+class RetriedDelivery(BaseModel):
+    model_config = _examples(examples.RETRIED_DELIVERY)
+
+    conversation_id: str
+    event_id: int
+    webhook_id: int
+    status: Literal["pending"] = Field(description="Due now, with a fresh set of attempts.")
+
+
+class DeadDelivery(BaseModel):
+    model_config = _examples(examples.DEAD_DELIVERY)
+
+    conversation_id: str
+    event_id: int
+    webhook_id: int
+    url: str
+    type: str | None = Field(description="The event's type (null once the event expired).")
+    attempts: int
+    last_error: str | None
+    created_at: datetime
 
 
 # ---- Errors: every error body is {"detail", "code"} (app.api.responses documents each status) ----

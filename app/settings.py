@@ -106,6 +106,13 @@ class Settings(BaseSettings):
     MEMORY_EVENTS_HEARTBEAT_SECONDS: float = Field(default=15.0, gt=0, le=300)
     MEMORY_CONTEXT_MAX_WAIT_SECONDS: float = Field(default=30.0, ge=0, le=600)
 
+    # Webhook deliveries (app.webhooks).
+    MEMORY_WEBHOOK_TIMEOUT_SECONDS: float = Field(default=10.0, gt=0, le=300)
+    MEMORY_WEBHOOK_MAX_ATTEMPTS: int = Field(default=10, ge=1, le=100)
+    MEMORY_WEBHOOK_BACKOFF_SECONDS: float = Field(default=5.0, gt=0)
+    MEMORY_WEBHOOK_BACKOFF_MAX_SECONDS: float = Field(default=3600.0, gt=0)
+    MEMORY_WEBHOOK_INTERVAL_SECONDS: float = Field(default=1.0, gt=0, le=60)
+
     MEMORY_MAX_MESSAGES_PER_REQUEST: int = Field(default=100, ge=1, le=1000)
     MEMORY_MAX_MESSAGE_CHARS: int = Field(default=100_000, ge=1)
     MEMORY_MAX_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)

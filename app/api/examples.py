@@ -298,3 +298,22 @@ IMPORTED = {
     "summary_due": False,
 }
 CLEARED = {"conversation_id": "demo", "entries": 6, "memories": 1, "dropped_processing": None}
+
+WEBHOOK_IN = {"url": "https://hooks.example.com/memory"}
+WEBHOOK = {
+    "webhook_id": 1,
+    "url": "https://hooks.example.com/memory",
+    "created_at": "2026-04-01T09:00:00.000000Z",
+}
+WEBHOOK_CREATED = {**WEBHOOK, "secret": "whsec_3q2-Vu4bW8Xv0pQzR9sT1uYw6aDcEfGh"}
+RETRIED_DELIVERY = {"conversation_id": "demo", "event_id": 7, "webhook_id": 1, "status": "pending"}
+DEAD_DELIVERY = {
+    "conversation_id": "demo",
+    "event_id": 7,
+    "webhook_id": 1,
+    "url": "https://hooks.example.com/memory",
+    "type": "summary:started",
+    "attempts": 10,
+    "last_error": "HTTP 503",
+    "created_at": "2026-04-01T09:00:00.000000Z",
+}

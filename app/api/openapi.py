@@ -29,6 +29,8 @@ TAGS = [
     {"name": "conversations", "description": "Rounds in: conversations, their policy and messages."},
     {"name": "context", "description": "Context out: what an agent reads, and the memories behind it."},
     {"name": "ops", "description": "Seed 004's operational queries, retries and the runner's load."},
+    {"name": "events", "description": "A conversation's events as Server-Sent Events, resumable."},
+    {"name": "webhooks", "description": "A tenant's events POSTed, signed, to its endpoints."},
     {"name": "health", "description": "Liveness and readiness; never need an API key."},
 ]
 

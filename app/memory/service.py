@@ -47,6 +47,7 @@ from app.repositories import (
     messages,
     rounds,
     transfer,
+    webhooks,
     work,
 )
 from app.repositories.memory import Backoff
@@ -54,6 +55,7 @@ from app.repositories.messages import NewMessage
 from app.repositories.rounds import Refused
 from app.repositories.work import Locked
 from app.schemas import ConversationExport, content_chars
+from app.webhooks import new_secret
 
 # Rounds larger than this (characters of content and tool calls) are counted in a thread.
 COUNT_IN_THREAD_CHARS = 16_384
@@ -742,6 +744,7 @@ class MemoryService:
                 metrics.SUMMARIES_FAILED.labels(policy_name, "lease_expired").inc()
             await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
             await events.expire(conn, older_than_hours=self.events_ttl_hours)
+            await webhooks.expire(conn, older_than_hours=self.events_ttl_hours)
 
     async def drain(self) -> None:
         """Run until no work is due now and nothing runs here (tests, benchmarks, a worker's
@@ -1049,6 +1052,46 @@ class MemoryService:
             "memories": cleared.memories,
             "dropped_processing": cleared.dropped_processing,
         }
+
+    # ---- webhooks (app.webhooks sends them) ------------------------------------------------
+
+    async def create_webhook(self, *, tenant_id: str, url: str) -> dict[str, Any]:
+        """A new endpoint for the tenant's events, with its signing secret (shown only here)."""
+        async with self.engine.begin() as conn:
+            created = await webhooks.create(conn, tenant_id=tenant_id, url=url, secret=new_secret())
+        if created is None:
+            raise Conflict(f"a tenant has at most {webhooks.MAX_PER_TENANT} webhooks; delete one first")
+        return created
+
+    async def list_webhooks(self, *, tenant_id: str) -> list[dict[str, Any]]:
+        async with self.engine.connect() as conn:
+            return await webhooks.list_for(conn, tenant_id=tenant_id)
+
+    async def delete_webhook(self, *, tenant_id: str, webhook_id: int) -> None:
+        async with self.engine.begin() as conn:
+            if not await webhooks.delete(conn, tenant_id=tenant_id, webhook_id=webhook_id):
+                raise NotFound(f"webhook {webhook_id} not found")
+
+    async def dead_deliveries(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+        async with self.engine.connect() as conn:
+            return await webhooks.dead(conn, tenant_id=tenant_id, limit=limit)
+
+    async def retry_delivery(
+        self, *, tenant_id: str, webhook_id: int, conversation_id: str, event_id: int
+    ) -> None:
+        """Make a dead delivery due again (404 when there is none, 409 when it is not dead)."""
+        async with self.engine.begin() as conn:
+            before = await webhooks.retry_dead(
+                conn,
+                tenant_id=tenant_id,
+                webhook_id=webhook_id,
+                conversation_id=conversation_id,
+                event_id=event_id,
+            )
+        if before is None:
+            raise NotFound(f"no delivery of event {event_id} of {conversation_id!r} to webhook {webhook_id}")
+        if before != "dead":
+            raise Conflict(f"the delivery is {before}, not dead: only dead deliveries are retried")
 
     # ---- ops (``tenant_id`` None: every tenant, for the admin key) -------------------------
 

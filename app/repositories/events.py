@@ -62,12 +62,18 @@ NOTIFIED = "(SELECT count(*) FROM ev_notified) >= 0"
 
 def emit_ctes(source: str, *, prefix: str = "ev") -> str:
     """CTEs that store the events of the CTE ``source`` (columns conversation_id, tenant_id,
-    event_id, type, data (JSON text or json), watched) and NOTIFY the watched conversations.
+    event_id, type, data (JSON text or json), watched), queue their webhook deliveries, and
+    NOTIFY the watched conversations.
     The statement must read ``{prefix}_notified`` (e.g. ``(SELECT count(*) FROM ev_notified)``):
     a SELECT in a WITH runs only when read, unlike an INSERT."""
     return f"""{prefix}_stored AS (
         INSERT INTO events (conversation_id, event_id, tenant_id, type, data)
         SELECT conversation_id, event_id, tenant_id, type, CAST(data AS json) FROM {source}
+    ), {prefix}_webhooked AS (
+        -- One delivery per endpoint of the tenant (app.webhooks sends them).
+        INSERT INTO webhook_deliveries (conversation_id, event_id, webhook_id, tenant_id)
+        SELECT s.conversation_id, s.event_id, w.webhook_id, s.tenant_id
+        FROM {source} s JOIN webhooks w ON w.tenant_id = s.tenant_id
     ), {prefix}_notified AS (
         SELECT pg_notify('{CHANNEL}', w.conversation_id)
         FROM (SELECT DISTINCT conversation_id FROM {source} WHERE watched) AS w

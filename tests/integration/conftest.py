@@ -28,7 +28,8 @@ async def clean_database(plain_database_url: str) -> None:
     conn = await asyncpg.connect(plain_database_url)
     try:
         await conn.execute(
-            "TRUNCATE conversations, messages, memory, idempotency_keys, events RESTART IDENTITY CASCADE"
+            "TRUNCATE conversations, messages, memory, idempotency_keys, events, webhooks, "
+            "webhook_deliveries RESTART IDENTITY CASCADE"
         )
     finally:
         await conn.close()

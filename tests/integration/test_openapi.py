@@ -6,6 +6,7 @@ security scheme, enums, and an example for every request and response that fits 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -195,7 +196,8 @@ class Call:
     key: str | None = ACME
 
     def url(self) -> str:
-        return self.path or self.template.replace("{conversation_id}", "demo").replace("{memory_id}", "1")
+        ids = {"{conversation_id}": "demo", "{memory_id}": "1", "{webhook_id}": "1", "{event_id}": "1"}
+        return self.path or functools.reduce(lambda path, id_: path.replace(*id_), ids.items(), self.template)
 
 
 async def stalled_body() -> AsyncIterator[bytes]:
@@ -214,6 +216,8 @@ ROUND_JSON = b'{"messages": [{"role": "user", "content": "hi"}]}'
 
 # Statuses particular to an operation; the ones every operation gets are added by edge_calls.
 EVENTS = "/conversations/{conversation_id}/events"
+WEBHOOK = "/webhooks/{webhook_id}"
+RETRY_DELIVERY = "/ops/webhooks/{webhook_id}/deliveries/{conversation_id}/{event_id}/retry"
 CALLS = [
     Call("POST", MESSAGES, 400, kwargs=json_body(b"{not json")),
     Call(
@@ -274,6 +278,14 @@ CALLS = [
     Call("GET", "/conversations/{conversation_id}/context", 422, path="/conversations/-bad/context"),
     Call("GET", EVENTS, 422, path="/conversations/demo/events", kwargs={"headers": {"Last-Event-ID": "x"}}),
     Call("GET", EVENTS, 422, path="/conversations/demo/events?after=-1"),
+    Call("POST", "/webhooks", 400, kwargs=json_body(b'{"url": ')),
+    Call("POST", "/webhooks", 415, kwargs=json_body(b'{"url": "http://127.0.0.1:9/"}', "text/plain")),
+    Call("POST", "/webhooks", 422, kwargs={"json": {"url": "ftp://example.com/"}}),
+    Call("DELETE", WEBHOOK, 404, path="/webhooks/999"),
+    Call("DELETE", WEBHOOK, 422, path="/webhooks/0"),
+    Call("GET", "/ops/webhooks/dead", 422, path="/ops/webhooks/dead?limit=0"),
+    Call("POST", RETRY_DELIVERY, 422, path="/ops/webhooks/1/deliveries/demo/0/retry"),
+    Call("POST", RETRY_DELIVERY, 404, path="/ops/webhooks/1/deliveries/demo/99999/retry"),
     Call("GET", "/conversations/{conversation_id}/memories", 404, path="/conversations/nobody/memories"),
     Call("GET", "/conversations/{conversation_id}/memories", 422, path="/conversations/a%20b/memories"),
     Call(
@@ -453,9 +465,27 @@ async def test_documented_error_bodies_are_the_real_ones(
     finally:
         hub.streams = 0
 
+    # The tenant's webhooks full (a port nobody listens on: deliveries fail at once), and a
+    # delivery not dead yet.
+    for _ in range(10):
+        created = await client.post("/webhooks", json={"url": "http://127.0.0.1:9/"}, headers=KEY)
+        assert created.status_code == 201
+    event = (await client.post("/conversations/demo/messages", json=ONE_ROUND, headers=KEY)).json()
+    last_event = await db.fetchval("SELECT max(event_id) FROM events WHERE conversation_id = 'demo'")
+    assert event["round"] >= 0 and last_event is not None
+    for call in (
+        Call("POST", "/webhooks", 409, kwargs={"json": {"url": "http://127.0.0.1:9/"}}),
+        Call("POST", RETRY_DELIVERY, 409, path=f"/ops/webhooks/1/deliveries/demo/{last_event}/retry"),
+    ):
+        check_body(doc, call, await send(client, call))
+        provoked.add((call.method, call.template, call.status))
+
     # A database that does not answer: every operation that reads it gets its 503.
     await db.execute("BEGIN")
-    tables = "conversations, messages, memory, idempotency_keys, alembic_version"
+    tables = (
+        "conversations, messages, memory, idempotency_keys, events, webhooks, webhook_deliveries, "
+        "alembic_version"
+    )
     await db.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
     try:
         for method, template, op in operations(doc):
@@ -465,12 +495,12 @@ async def test_documented_error_bodies_are_the_real_ones(
             if method == "PATCH":
                 call.kwargs = {"json": {"memory_policy": {"name": "sliding_window"}}}
             elif method == "POST" and "requestBody" in op:
-                call.kwargs = {
-                    "json": {
-                        "/conversations": {"conversation_id": "new"},
-                        "/conversations/import": document("new"),
-                    }.get(template, ONE_ROUND)
+                bodies = {
+                    "/conversations": {"conversation_id": "new"},
+                    "/conversations/import": document("new"),
+                    "/webhooks": {"url": "http://127.0.0.1:9/"},
                 }
+                call.kwargs = {"json": bodies.get(template, ONE_ROUND)}
             response = await send(client, call)
             if template == "/readyz":
                 assert response.status_code == 503 and response.json()["status"] == "unavailable"
