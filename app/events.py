@@ -221,12 +221,14 @@ class EventHub:
 
 def server_sent_event(event: dict[str, Any]) -> bytes:
     """One event in the text/event-stream format: its id (what Last-Event-ID resumes after), its
-    type, and one data line of JSON (``data`` is JSON text, which has no newline)."""
+    type, and one data line of JSON. ``data`` is JSON text: a line break in it can only be
+    insignificant whitespace (JSON strings escape theirs), so it becomes a space."""
     created = event["created_at"].isoformat()
+    data = event["data"].replace("\r", " ").replace("\n", " ")
     return (
         f"id: {event['event_id']}\nevent: {event['type']}\n"
         f'data: {{"event_id": {event["event_id"]}, "type": "{event["type"]}", '
-        f'"created_at": "{created}", "data": {event["data"]}}}\n\n'
+        f'"created_at": "{created}", "data": {data}}}\n\n'
     ).encode()
 
 
