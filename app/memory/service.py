@@ -353,8 +353,11 @@ class MemoryService:
                 constraint = str(exc.constraint_name or "")
                 if any(name in constraint for name in TOOL_CALL_KEYS):
                     await self._refuse_tool_calls(conversation_id, counted)
-                # pk_events: the conversation was deleted and created again meanwhile, and the
-                # statement numbered its events from before the deletion's event.
+                if "pk_events" in constraint and attempt == 1:
+                    async with self.engine.begin() as conn:
+                        await events.repair_counter(conn, conversation_id=conversation_id)
+                # pk_events: the conversation was deleted and created again meanwhile, and its
+                # events were numbered from before the deletion's event (repaired above).
                 if attempt == 2 or not any(key in constraint for key in RETRIED_KEYS):
                     raise
         if isinstance(outcome, Refused):
@@ -918,12 +921,21 @@ class MemoryService:
     async def delete_conversation(self, *, tenant_id: str, conversation_id: str) -> None:
         """Delete a conversation, recording ``conversation:deleted``; a summary still running for
         it finds its row gone and stops."""
-        async with self.engine.begin() as conn:
-            deleted = await events.delete_conversation(
-                conn, conversation_id=conversation_id, tenant_id=tenant_id
-            )
-            if not deleted:
-                raise NotFound(f"conversation {conversation_id!r} not found")
+        try:
+            async with self.engine.begin() as conn:
+                deleted = await events.delete_conversation(
+                    conn, conversation_id=conversation_id, tenant_id=tenant_id
+                )
+        except IntegrityError as exc:
+            if "pk_events" not in str(exc.orig):
+                raise
+            async with self.engine.begin() as conn:  # see events.repair_counter
+                await events.repair_counter(conn, conversation_id=conversation_id)
+                deleted = await events.delete_conversation(
+                    conn, conversation_id=conversation_id, tenant_id=tenant_id
+                )
+        if not deleted:
+            raise NotFound(f"conversation {conversation_id!r} not found")
 
     async def _require(self, conn: AsyncConnection, *, tenant_id: str | None, conversation_id: str) -> None:
         if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):

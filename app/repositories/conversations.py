@@ -41,10 +41,13 @@ async def create(
                 WITH c AS (
                     INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
                                                context_summaries, context_recent_rounds,
-                                               wake_round, wake_sequence, wake_tokens)
+                                               wake_round, wake_sequence, wake_tokens, last_event_id)
                     VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb),
                             CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
-                            :wake_round, :wake_sequence, :wake_tokens)
+                            :wake_round, :wake_sequence, :wake_tokens,
+                            -- Created again after a DELETE: its events go on after the old ones.
+                            (SELECT coalesce(max(event_id), 0) FROM events
+                             WHERE conversation_id = CAST(:conversation_id AS varchar)))
                     ON CONFLICT (conversation_id) DO NOTHING
                     RETURNING *
                 )

@@ -136,6 +136,23 @@ async def delete_conversation(conn: AsyncConnection, *, conversation_id: str, te
     return row is not None
 
 
+async def repair_counter(conn: AsyncConnection, *, conversation_id: str) -> None:
+    """Move the conversation's event counter past its newest stored event. Needed only when it
+    was created again while its DELETE (whose event it did not see yet) committed: a statement
+    that failed on pk_events runs this, then runs again."""
+    await conn.execute(
+        text(
+            """
+            UPDATE conversations
+            SET last_event_id = greatest(last_event_id, (SELECT coalesce(max(event_id), 0) FROM events
+                                                         WHERE conversation_id = :conversation_id))
+            WHERE conversation_id = :conversation_id
+            """
+        ),
+        {"conversation_id": conversation_id},
+    )
+
+
 async def after(
     conn: AsyncConnection, *, conversation_id: str, tenant_id: str, after_id: int, limit: int
 ) -> list[dict[str, Any]]:

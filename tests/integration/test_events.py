@@ -368,3 +368,26 @@ async def test_compression_failure_retry_and_a_recorded_event(
         nobody = await events.record(conn, conversation_id="nobody", type=events.SESSION_CLEARED, data={})
         assert nobody is None
     assert await db.fetchval("SELECT max(event_id) FROM events WHERE conversation_id = 'tb'") == 13
+
+
+async def test_a_conversation_created_again_goes_on_numbering(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_SUMMARIZE_AFTER_SEQ=1000)
+    await api.post_round("again", 0)
+    assert (await api.client.delete("/conversations/again")).status_code == 204
+    created = await api.client.post("/conversations", json={"conversation_id": "again"})
+    assert created.status_code == 201
+    await api.post_round("again", 1)
+    assert [i for i, _ in await stored_events(db, "again")] == [1, 2, 3, 4, 5]
+    # A counter left behind (created while its DELETE committed) is repaired by the next write.
+    await db.execute("UPDATE conversations SET last_event_id = 0 WHERE conversation_id = 'again'")
+    await api.post_round("again", 2)
+    await db.execute("UPDATE conversations SET last_event_id = 0 WHERE conversation_id = 'again'")
+    assert (await api.client.delete("/conversations/again")).status_code == 204
+    assert [t for _, t in await stored_events(db, "again")][-3:] == [
+        "entry:added",
+        "entry:added",
+        "conversation:deleted",
+    ]
+    assert [i for i, _ in await stored_events(db, "again")] == list(range(1, 9))
