@@ -51,7 +51,7 @@ class EventHub:
         self._watched: Counter[str] = Counter()
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
-        self.reconnects = 0
+        self.connects = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever(), name="events-listen")
@@ -199,7 +199,7 @@ class EventHub:
         conn.add_termination_listener(lambda _c: lost.set())
         await conn.add_listener(events.CHANNEL, self._notified)
         self.connected.set()
-        self.reconnects += 1
+        self.connects += 1
         # Whatever was committed while nobody listened is in the table: everyone reads it now.
         self._wake(list(self._subscribers))
         while not lost.is_set():

@@ -249,14 +249,14 @@ async def test_a_lost_listen_connection_reconnects_and_catches_up(
         hub = a.app.state.hub
         await post_round(a.url, "lost", 0)
         await watching.until(2)
-        connections = hub.reconnects
+        connections = hub.connects
         await db.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = 'memory-service-events'"
         )
         # Posted while the connection is down or just back: delivered either way.
         await post_round(a.url, "lost", 1)
-        await eventually(lambda: _true(hub.reconnects > connections), what="the LISTEN connection again")
+        await eventually(lambda: _true(hub.connects > connections), what="the LISTEN connection again")
         assert [e["event_id"] for e in await watching.until(4)] == [1, 2, 3, 4]
 
 
