@@ -52,6 +52,8 @@ class EventHub:
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.connects = 0
+        # The LISTEN connection's backend (pg_stat_activity.pid), while connected.
+        self.server_pid: int | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever(), name="events-listen")
@@ -161,11 +163,7 @@ class EventHub:
         delay = 0.1
         while True:
             try:
-                conn = await asyncpg.connect(
-                    self.dsn,
-                    timeout=10,
-                    server_settings={**SERVER_SETTINGS, "application_name": "memory-service-events"},
-                )
+                conn = await asyncpg.connect(self.dsn, timeout=10, server_settings=SERVER_SETTINGS)
             except Exception as exc:
                 logger.warning(
                     "Events: cannot connect to LISTEN (%s); retrying in %.1f s", type(exc).__name__, delay
@@ -182,6 +180,7 @@ class EventHub:
                 logger.warning("Events: LISTEN connection lost (%s); reconnecting", type(exc).__name__)
             finally:
                 self.connected.clear()
+                self.server_pid = None
                 await self._close(conn)
 
     @staticmethod
@@ -198,6 +197,7 @@ class EventHub:
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _c: lost.set())
         await conn.add_listener(events.CHANNEL, self._notified)
+        self.server_pid = conn.get_server_pid()
         self.connected.set()
         self.connects += 1
         # Whatever was committed while nobody listened is in the table: everyone reads it now.

@@ -250,10 +250,7 @@ async def test_a_lost_listen_connection_reconnects_and_catches_up(
         await post_round(a.url, "lost", 0)
         await watching.until(2)
         connections = hub.connects
-        await db.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'memory-service-events'"
-        )
+        assert await db.fetchval("SELECT pg_terminate_backend($1)", hub.server_pid)
         # Posted while the connection is down or just back: delivered either way.
         await post_round(a.url, "lost", 1)
         await eventually(lambda: _true(hub.connects > connections), what="the LISTEN connection again")
