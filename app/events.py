@@ -107,11 +107,15 @@ class EventHub:
                 "retry later"
             )
 
-    async def stream(self, *, conversation_id: str, tenant_id: str, after_id: int) -> AsyncIterator[bytes]:
+    async def stream(
+        self, *, conversation_id: str, tenant_id: str, after_id: int, marked: bool
+    ) -> AsyncIterator[bytes]:
         """The tenant's events of a conversation after ``after_id`` as Server-Sent Events, then
         each new one as it commits, forever (until the client goes); a comment every heartbeat
         keeps proxies from closing an idle stream. Call :meth:`mark` first (before the response
-        starts, so that a database outage is still a 503)."""
+        starts, so that a database outage is still a 503) and pass what it returned: a
+        conversation not created yet is marked once its creation (which always notifies) wakes
+        the stream, before the stream reads."""
         self.streams += 1
         try:
             async with self.subscribe(conversation_id, marked=True) as wake:
@@ -120,6 +124,8 @@ class EventHub:
                 last = after_id
                 while True:
                     wake.clear()
+                    if not marked:
+                        marked = await self.mark(conversation_id)
                     while True:
                         async with self.engine.connect() as conn:
                             batch = await events.after(
@@ -141,13 +147,14 @@ class EventHub:
         finally:
             self.streams -= 1
 
-    async def mark(self, conversation_id: str, seconds: float | None = None) -> None:
-        """Mark the conversation watched (for ``seconds``, else until the next renewals)."""
-        await self._mark([conversation_id], self.watch_seconds if seconds is None else seconds)
+    async def mark(self, conversation_id: str, seconds: float | None = None) -> bool:
+        """Mark the conversation watched (for ``seconds``, else until the next renewals); False
+        when it does not exist yet (its creation notifies anyway: mark it then)."""
+        return await self._mark([conversation_id], self.watch_seconds if seconds is None else seconds) > 0
 
-    async def _mark(self, conversation_ids: list[str], seconds: float) -> None:
+    async def _mark(self, conversation_ids: list[str], seconds: float) -> int:
         async with self.engine.begin() as conn:
-            await events.watch(conn, conversation_ids=conversation_ids, seconds=seconds)
+            return await events.watch(conn, conversation_ids=conversation_ids, seconds=seconds)
 
     def _wake(self, conversation_ids: list[str]) -> None:
         for conversation_id in conversation_ids:

@@ -65,10 +65,10 @@ async def stream_events(
     MEMORY_EVENTS_TTL_HOURS. A conversation not written yet streams nothing until it is."""
     hub: EventHub = request.app.state.hub
     hub.check_capacity()
-    await hub.mark(conversation_id)
+    marked = await hub.mark(conversation_id)
     resume = last_event_id if last_event_id is not None else (after or 0)
     return StreamingResponse(
-        hub.stream(conversation_id=conversation_id, tenant_id=tenant, after_id=resume),
+        hub.stream(conversation_id=conversation_id, tenant_id=tenant, after_id=resume, marked=marked),
         media_type="text/event-stream",
         # No proxy buffering (nginx), no caching: events must pass as they come.
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

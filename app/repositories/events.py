@@ -173,9 +173,10 @@ async def after(
     return [dict(r._mapping) for r in rows]
 
 
-async def watch(conn: AsyncConnection, *, conversation_ids: list[str], seconds: float) -> None:
-    """Mark conversations watched for ``seconds`` (never shortening a mark): their writes NOTIFY."""
-    await conn.execute(
+async def watch(conn: AsyncConnection, *, conversation_ids: list[str], seconds: float) -> int:
+    """Mark conversations watched for ``seconds`` (never shortening a mark): their writes NOTIFY.
+    Returns how many exist (a conversation not created yet cannot be marked)."""
+    result = await conn.execute(
         text(
             """
             UPDATE conversations
@@ -186,6 +187,7 @@ async def watch(conn: AsyncConnection, *, conversation_ids: list[str], seconds: 
         ),
         {"ids": conversation_ids, "seconds": seconds},
     )
+    return int(result.rowcount)
 
 
 async def expire(conn: AsyncConnection, *, older_than_hours: float, batch: int = 10_000) -> int:

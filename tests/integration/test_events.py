@@ -145,14 +145,18 @@ async def stored_events(db: asyncpg.Connection, conversation_id: str) -> list[tu
 async def test_every_event_once_and_in_order_across_two_servers(
     database_url: str, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
-    settings = settings_for(database_url, llm)
+    # No heartbeat within the test: each event must come by its NOTIFY, not by the beat's read.
+    settings = settings_for(database_url, llm, MEMORY_EVENTS_HEARTBEAT_SECONDS=300)
     async with served(settings) as a, served(settings) as b:
         async with stream(a.url, "trip") as on_a:
             assert on_a.status == 200
-            # Rounds alternate between the replicas; round 3 makes a summary due (sequence 5).
+            # The stream opened before the conversation existed: its creation wakes the stream,
+            # which then marks it watched. Rounds alternate between the replicas; round 3 makes a
+            # summary due (sequence 5).
             for n in range(3):
                 await post_round((a, b)[n % 2].url, "trip", n)
-            events = await on_a.until(8)
+                await on_a.until(2 * (n + 1), within=5)
+            events = await on_a.until(8, within=5)
         expected = [(i, "entry:added") for i in range(1, 7)]
         expected += [(7, "summary:started"), (8, "summary:completed")]
         assert [(e["event_id"], e["type"]) for e in events] == expected
