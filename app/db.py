@@ -199,10 +199,10 @@ def migrate_or_fail(url: str) -> None:
 
 
 def connection_budget(settings: Settings) -> int:
-    """The most connections one process opens: the engine's pool and overflow, plus the read
-    pool. (A statement that times out also opens a short-lived connection to cancel it, which
-    holds no server session.)"""
-    return settings.DATABASE_POOL_SIZE + settings.DATABASE_MAX_OVERFLOW + settings.DATABASE_READ_POOL_SIZE
+    """The most connections one serving process opens: the engine's pool and overflow, the read
+    pool, and the LISTEN connection of its event streams (app.events). (A statement that times
+    out also opens a short-lived connection to cancel it, which holds no server session.)"""
+    return settings.DATABASE_POOL_SIZE + settings.DATABASE_MAX_OVERFLOW + settings.DATABASE_READ_POOL_SIZE + 1
 
 
 def pgbouncer_connect_args() -> dict[str, Any]:

@@ -241,8 +241,8 @@ async def test_only_database_failures_are_503s(make_app: AppFactory) -> None:
 async def test_connection_budget_holds_under_a_burst(
     make_app: AppFactory, database_url: str, db: asyncpg.Connection
 ) -> None:
-    """Pool 3 + overflow 1 + read pool 2 = 6 connections at most, whatever the load; what does
-    not get a connection in time is a 503, never a 500."""
+    """Pool 3 + overflow 1 + read pool 2 + the LISTEN connection = 7 connections at most, whatever
+    the load; what does not get a connection in time is a 503, never a 500."""
     settings = {
         "DATABASE_POOL_SIZE": 3,
         "DATABASE_MAX_OVERFLOW": 1,
@@ -251,7 +251,7 @@ async def test_connection_budget_holds_under_a_burst(
     }
     api = await make_app(MEMORY_SUMMARIZER="offline", **settings)
     budget = connection_budget(api.app.state.settings)
-    assert budget == 3 + 1 + 2
+    assert budget == 3 + 1 + 2 + 1
     for n in range(2):
         assert (await api.client.post("/conversations/b/messages", json=round_body(n))).status_code == 201
 
