@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import logs, metrics
@@ -1054,6 +1055,16 @@ class MemoryService:
                 raise NotFound(f"conversation {conversation_id!r} not found")
             policy = load_policy(locked.memory_policy)
             cleared = await transfer.clear(conn, conversation_id=conversation_id, wake=policy.wake(EMPTY))
+            await events.record(
+                conn,
+                conversation_id=conversation_id,
+                type=events.SESSION_CLEARED,
+                data={
+                    "entries": cleared.entries,
+                    "memories": cleared.memories,
+                    "dropped_processing": cleared.dropped_processing,
+                },
+            )
         if cleared.dropped_processing is not None:
             logger.info(
                 "Cleared %s: summary %d in flight dropped", conversation_id, cleared.dropped_processing

@@ -118,10 +118,13 @@ async def insert_conversation(
                 """
                 INSERT INTO conversations (conversation_id, tenant_id, created_at, metadata, memory_policy,
                                            context_summaries, context_recent_rounds, next_sequence,
-                                           next_round, next_tokens, open_tool_calls)
+                                           next_round, next_tokens, open_tool_calls, last_event_id)
                 VALUES (:conversation_id, :tenant_id, :created_at, CAST(:metadata AS jsonb),
                         CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
-                        :next_sequence, :next_round, :next_tokens, :open_tool_calls)
+                        :next_sequence, :next_round, :next_tokens, :open_tool_calls,
+                        -- Imported under the id of a deleted one: its events go on after the old ones.
+                        (SELECT coalesce(max(event_id), 0) FROM events
+                         WHERE conversation_id = CAST(:conversation_id AS varchar)))
                 ON CONFLICT (conversation_id) DO NOTHING
                 RETURNING octet_length(metadata::text) AS bytes,
                           (SELECT count(*) FROM jsonb_object_keys(metadata)) AS keys

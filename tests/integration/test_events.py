@@ -392,3 +392,28 @@ async def test_a_conversation_created_again_goes_on_numbering(
         "conversation:deleted",
     ]
     assert [i for i, _ in await stored_events(db, "again")] == list(range(1, 9))
+
+
+async def test_clearing_records_session_cleared_and_an_import_goes_on_numbering(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    api = await make_app(MEMORY_SUMMARIZE_AFTER_SEQ=1000)
+    await api.post_round("cleared", 0)
+    document = (await api.client.get("/conversations/cleared/export")).json()
+    cleared = await api.client.delete("/conversations/cleared/messages")
+    assert cleared.status_code == 200, cleared.text
+    assert await stored_events(db, "cleared") == [
+        (1, "entry:added"),
+        (2, "entry:added"),
+        (3, "session:cleared"),
+    ]
+    data = await db.fetchval(
+        "SELECT data::text FROM events WHERE conversation_id = 'cleared' AND type = 'session:cleared'"
+    )
+    assert orjson.loads(data) == {"entries": 2, "memories": 0, "dropped_processing": None}
+
+    assert (await api.client.delete("/conversations/cleared")).status_code == 204
+    imported = await api.client.post("/conversations/import", json=document)
+    assert imported.status_code == 201, imported.text
+    await api.post_round("cleared", 1)
+    assert [i for i, _ in await stored_events(db, "cleared")] == [1, 2, 3, 4, 5, 6]

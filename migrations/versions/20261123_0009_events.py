@@ -9,7 +9,7 @@ Webhooks (issue 12): a tenant's endpoints (a reference table, tenant-wide config
 Citus would replicate to every node) and one delivery row per event and endpoint, written with
 the event, whose state any replica claims with SKIP LOCKED.
 
-Revision ID: 0010
+Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-23
 """
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010"
+revision: str = "0009"
 down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
