@@ -27,10 +27,18 @@ async def clean_database(plain_database_url: str) -> None:
     (RESTART IDENTITY makes memory ids start at 1, as in the seeds' tables)."""
     conn = await asyncpg.connect(plain_database_url)
     try:
-        await conn.execute(
-            "TRUNCATE conversations, messages, memory, idempotency_keys, events, webhooks, "
-            "webhook_deliveries RESTART IDENTITY CASCADE"
-        )
+        # A server process shared by a module's tests may still be finishing a summary, whose
+        # writes lock these tables in another order: PostgreSQL aborts one side of the deadlock.
+        for attempt in range(5):
+            try:
+                await conn.execute(
+                    "TRUNCATE conversations, messages, memory, idempotency_keys, events, webhooks, "
+                    "webhook_deliveries RESTART IDENTITY CASCADE"
+                )
+                break
+            except asyncpg.DeadlockDetectedError:
+                if attempt == 4:
+                    raise
     finally:
         await conn.close()
 
