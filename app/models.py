@@ -59,6 +59,11 @@ conversations = Table(
     # stream (or a waiting read) watches it: only then do its writes send a NOTIFY.
     Column("last_event_id", BigInteger, nullable=False, server_default="0"),
     Column("events_watched_until", DateTime(timezone=True), nullable=True),
+    Column("context_max_summary_tokens", Integer, nullable=True),
+    Column("user_id", String(64), nullable=True),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("archived_at", DateTime(timezone=True), nullable=True),
+    Column("last_message_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("summary_failures >= 0", name="summary_failures"),
     CheckConstraint("context_summaries >= 1 AND context_recent_rounds >= 0", name="context"),
     Index("ix_conversations_tenant_id_conversation_id", "tenant_id", "conversation_id"),
@@ -66,6 +71,20 @@ conversations = Table(
         "ix_conversations_summary_due_at",
         "summary_due_at",
         postgresql_where=text("summary_due_at IS NOT NULL"),
+    ),
+    Index(
+        "ix_conversations_user",
+        "tenant_id",
+        "user_id",
+        text("last_message_at DESC"),
+        postgresql_where=text("user_id IS NOT NULL"),
+    ),
+    Index("ix_conversations_archivable", "last_message_at", postgresql_where=text("archived_at IS NULL")),
+    Index(
+        "ix_conversations_archived",
+        "tenant_id",
+        "conversation_id",
+        postgresql_where=text("archived_at IS NOT NULL"),
     ),
 )
 
@@ -173,7 +192,9 @@ memory = Table(
     CheckConstraint("status IN ('processing', 'completed', 'failed')", name="status"),
     CheckConstraint("tokens >= 0 AND input_tokens >= 0", name="tokens_non_negative"),
     CheckConstraint("0 <= start_sequence AND start_sequence <= end_sequence", name="window"),
-    CheckConstraint("kind IN ('window', 'block', 'compression', 'fold')", name="kind"),
+    CheckConstraint(
+        "kind IN ('window', 'block', 'compression', 'fold', 'medium_term', 'compaction')", name="kind"
+    ),
     CheckConstraint("0 <= start_round AND start_round <= end_round", name="rounds"),
     CheckConstraint(
         "start_sequence <= input_start_sequence AND input_start_sequence <= end_sequence", name="input"
@@ -264,4 +285,60 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'pending'")),
     Index("ix_webhook_deliveries_dead", "tenant_id", "created_at", postgresql_where=text("status = 'dead'")),
     Index("ix_webhook_deliveries_created_at", "created_at"),
+)
+
+# A user's rows span conversations: they are keyed (and would be distributed) by user.
+users = Table(
+    "users",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("user_id", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("summary_due_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("tenant_id", "user_id", name="pk_users"),
+    Index("ix_users_summary_due_at", "summary_due_at", postgresql_where=text("summary_due_at IS NOT NULL")),
+)
+
+user_memory = Table(
+    "user_memory",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("user_id", String(64), nullable=False),
+    Column("memory_id", Integer, nullable=False, autoincrement=True),
+    Column("memory_text", Text, nullable=False, server_default=""),
+    Column("sources", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("base_memory_id", Integer, nullable=True),
+    Column("status", String(20), nullable=False, server_default="processing"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("completed_at", DateTime(timezone=True), nullable=True),
+    Column("generation_time_ms", Integer, nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="1"),
+    Column("error", Text, nullable=True),
+    Column("tokens", Integer, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("tenant_id", "user_id", "memory_id", name="pk_user_memory"),
+    ForeignKeyConstraint(
+        ["tenant_id", "user_id"],
+        ["users.tenant_id", "users.user_id"],
+        name="fk_user_memory_tenant_id_users",
+        ondelete="CASCADE",
+    ),
+    ForeignKeyConstraint(
+        ["tenant_id", "user_id", "base_memory_id"],
+        ["user_memory.tenant_id", "user_memory.user_id", "user_memory.memory_id"],
+        name="fk_user_memory_tenant_id_user_memory",
+    ),
+    CheckConstraint("status IN ('processing', 'completed', 'failed')", name="status"),
+    CheckConstraint("tokens >= 0", name="tokens_non_negative"),
+    Index(
+        "uq_user_memory_one_processing_per_user",
+        "tenant_id",
+        "user_id",
+        unique=True,
+        postgresql_where=text("status = 'processing'"),
+    ),
+    Index("ix_user_memory_user_status", "tenant_id", "user_id", "status", text("memory_id DESC")),
+    Index(
+        "ix_user_memory_processing_lease", "lease_expires_at", postgresql_where=text("status = 'processing'")
+    ),
 )

@@ -28,8 +28,8 @@ from app.memory.types import Content
 Role = Literal["user", "assistant", "system", "tool"]
 EntryType = Literal["message", "tool_call", "tool_result", "context"]
 # The names the policies, the memory table and the circuit breaker use (tests/unit check they agree).
-PolicyName = Literal["sliding_window", "rolling_blocks", "token_budget"]
-MemoryKind = Literal["window", "block", "compression", "fold"]
+PolicyName = Literal["sliding_window", "rolling_blocks", "token_budget", "recursive_summary"]
+MemoryKind = Literal["window", "block", "compression", "fold", "medium_term", "compaction"]
 MemoryStatus = Literal["processing", "completed", "failed"]
 CircuitState = Literal["closed", "open", "half_open"]
 # PostgreSQL's jsonb cannot store U+0000, so metadata strings exclude it (a 422, not a 500).

@@ -22,6 +22,7 @@ from typing import Any
 from app.memory.llm import JOB_HEADER
 
 _SEQ = re.compile(r'<message seq="(\d+)"')
+_PREVIOUS = re.compile(r"<previous_summary[^>]*>\n(.*?)\n</previous_summary>", re.S)
 
 
 @dataclass
@@ -79,6 +80,9 @@ class FakeLLM:
         # Assistant messages (tool calls too) that the next calls without a memory job answer, in
         # order: an agent's turns, for the adapters' tests.
         self.agent_replies: list[dict[str, Any]] = []
+        # With growth > 0, a model that writes long summaries: each answer is the previous
+        # summary of the prompt plus ``growth`` words (a compaction's answer: ``growth`` words).
+        self.growth = 0
         self._failures: list[_Failure] = []
         self._cond = threading.Condition()
         fake = self
@@ -124,6 +128,8 @@ class FakeLLM:
                 if text is None:
                     start, end = call.job.get("start_sequence", "?"), call.job.get("end_sequence", "?")
                     text = f"Summary of messages #{start}-#{end}."
+                    if fake.growth:
+                        text = _grown(call, text, fake.growth)
                 self._reply(200, _completion(body.get("model", "fake"), text, _tokens(body)))
 
             def _reply(
@@ -171,6 +177,7 @@ class FakeLLM:
 
     def reset(self) -> None:
         with self._cond:
+            self.growth = 0
             self.release_all()
             self.calls.clear()
             self.anthropic_requests.clear()
@@ -227,6 +234,14 @@ class FakeLLM:
     def release_all(self) -> None:
         for call in self.calls:
             call.released.set()
+
+
+def _grown(call: Call, text: str, growth: int) -> str:
+    """A long summary: the prompt's previous summary (none for a compaction) plus ``growth``
+    words of filler."""
+    previous = _PREVIOUS.search(call.user)
+    kept = previous.group(1) if previous and call.job.get("kind") != "compaction" else ""
+    return " ".join(p for p in (kept, text, " ".join(["detail"] * growth)) if p)
 
 
 def _anthropic_message(model: str, text: str) -> dict[str, Any]:

@@ -445,6 +445,7 @@ class MemoryService:
                 conn, conversation_id=conversation_id, end_sequence=latest.end_sequence
             ),
             shown=await memory.shown(conn, conversation_id=conversation_id, limit=policy.context.summaries),
+            ended=locked.ended,
         )
         after = policy.boundary_after(state)
         if after is not None:
@@ -626,6 +627,7 @@ class MemoryService:
                 max_chars=self.summary_max_chars,
                 input_tokens=row["input_tokens"],
                 summaries=tuple(summaries),
+                covered_until=row["to_at"].isoformat() if row["to_at"] is not None else None,
             )
             if base is not None and row["start_sequence"] > 0:
                 logger.info(
@@ -644,15 +646,34 @@ class MemoryService:
                 raise EmptySummaryError("the summarizer returned an empty summary")
             elapsed = time.perf_counter() - started
             elapsed_ms = int(elapsed * 1000)
+            tokens = self.counter.count(text)
+            # Completing and asking the policy again (trigger 'completed') is one transaction
+            # under the conversation's row lock: a runner's claim loop (which locks due
+            # conversations with SKIP LOCKED) can never plan in between, seeing the summary
+            # completed but not what its completion plans (a compaction, a catch-up).
             async with self.engine.begin() as conn:
+                locked = await work.lock(conn, conversation_id=conversation_id)
                 lags = await memory.complete(
                     conn,
                     memory_id=memory_id,
                     attempt=attempt,
                     memory_text=text,
-                    tokens=self.counter.count(text),
+                    tokens=tokens,
                     generation_time_ms=elapsed_ms,
                 )
+                queued = (
+                    await self._plan_and_start(
+                        conn,
+                        conversation_id=conversation_id,
+                        locked=locked,
+                        trigger=Trigger.COMPLETED,
+                        own=False,
+                    )
+                    if lags is not None and locked is not None
+                    else None
+                )
+            if queued is not None:
+                self.runner.poke()
             if lags is not None:
                 logger.info(
                     "Summarized messages %d-%d for %s in %dms",
@@ -667,7 +688,6 @@ class MemoryService:
                 lag_histogram = metrics.SUMMARY_LAG_SECONDS.labels(policy_name)
                 for lag in lags:
                     lag_histogram.observe(lag)
-                await self._after_completion(conversation_id)
             else:
                 logger.info("Memory %d was reaped, reclaimed or deleted meanwhile; result dropped", memory_id)
                 metrics.SUMMARIES_FAILED.labels(policy_name, "superseded").inc()
@@ -682,21 +702,6 @@ class MemoryService:
             logger.warning("Summary %d failed: %s", memory_id, reason)
             metrics.SUMMARIES_FAILED.labels(policy_name, failure_reason(exc)).inc()
             await self._mark_failed(memory_id, attempt, reason, started)
-
-    async def _after_completion(self, conversation_id: str) -> None:
-        """Ask the policy again now that a summary completed (trigger 'completed'): rounds stored
-        while it ran are covered by one next summary, queued at once (a block boundary passed
-        meanwhile, or a sliding window with catch-up on); otherwise the due mark is cleared and
-        the next wake point set."""
-        async with self.engine.begin() as conn:
-            locked = await work.lock(conn, conversation_id=conversation_id)
-            if locked is None or locked.last_sequence < 0:
-                return
-            row = await self._plan_and_start(
-                conn, conversation_id=conversation_id, locked=locked, trigger=Trigger.COMPLETED, own=False
-            )
-        if row is not None:
-            self.runner.poke()
 
     async def _release(self, memory_id: int, attempt: int) -> None:
         try:

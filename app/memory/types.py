@@ -65,6 +65,8 @@ class ConversationState:
     # The completed summaries the context shows, newest first (each ending before the next
     # one's start), at most the policy's context.summaries of them.
     shown: tuple[MemoryRef, ...] = ()
+    # The conversation was ended (POST /conversations/{id}/end): no message comes any more.
+    ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,9 @@ class ContextSpec:
 
     summaries: int
     recent_rounds: int
+    # Completed summaries over this many tokens are never shown (the previous one and the
+    # messages after it are, until a smaller one completes); None: no cap.
+    max_summary_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,9 @@ class SummaryJob:
     # For a summary of summaries (policy.reads_summaries(kind)): the completed summaries it
     # folds, oldest first, as (first sequence, last sequence, text); it gets no messages.
     summaries: tuple[tuple[int, int, str], ...] = ()
+    # When the newest message the summary covers was stored (ISO 8601), for summaries that date
+    # themselves.
+    covered_until: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

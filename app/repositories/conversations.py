@@ -41,10 +41,12 @@ async def create(
                 WITH c AS (
                     INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
                                                context_summaries, context_recent_rounds,
+                                               context_max_summary_tokens,
                                                wake_round, wake_sequence, wake_tokens, last_event_id)
                     VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb),
                             CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
-                            :wake_round, :wake_sequence, :wake_tokens,
+                            CAST(:context_max_summary_tokens AS integer), :wake_round, :wake_sequence,
+                            :wake_tokens,
                             -- Created again after a DELETE: its events go on after the old ones.
                             (SELECT coalesce(max(event_id), 0) FROM events
                              WHERE conversation_id = CAST(:conversation_id AS varchar)))
@@ -63,6 +65,7 @@ async def create(
                 "memory_policy": orjson.dumps(memory_policy).decode(),
                 "context_summaries": context.summaries,
                 "context_recent_rounds": context.recent_rounds,
+                "context_max_summary_tokens": context.max_summary_tokens,
                 "wake_round": wake.round,
                 "wake_sequence": wake.sequence,
                 "wake_tokens": wake.tokens,
@@ -147,7 +150,9 @@ async def update_policy(
             """
             UPDATE conversations
             SET memory_policy = CAST(:memory_policy AS jsonb), context_summaries = :context_summaries,
-                context_recent_rounds = :context_recent_rounds, wake_round = 0, wake_sequence = 0,
+                context_recent_rounds = :context_recent_rounds,
+                context_max_summary_tokens = CAST(:context_max_summary_tokens AS integer),
+                wake_round = 0, wake_sequence = 0,
                 wake_tokens = NULL
             WHERE conversation_id = :conversation_id
             """
@@ -157,6 +162,7 @@ async def update_policy(
             "memory_policy": orjson.dumps(memory_policy).decode(),
             "context_summaries": context.summaries,
             "context_recent_rounds": context.recent_rounds,
+            "context_max_summary_tokens": context.max_summary_tokens,
         },
     )
 

@@ -32,7 +32,7 @@ MEMORY_COLUMNS = (
 # The newest row of each status, each one index probe on idx_memory_conversation_status (an
 # ORDER BY over all statuses would read every row of the conversation).
 _NEWEST_BY_STATUS = " UNION ALL ".join(
-    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round
+    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
         FROM memory WHERE conversation_id = :conversation_id AND status = '{status}'
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
     for status in ("completed", "processing", "failed")
@@ -509,7 +509,8 @@ _SHOWN_COLUMNS = (
 CONTEXT_SQL = f"""
 WITH RECURSIVE conv AS (
     SELECT next_sequence, next_round, next_tokens, context_summaries, context_recent_rounds,
-           memory_policy ->> 'name' AS policy, summary_failures, summary_retry_at
+           context_max_summary_tokens, memory_policy ->> 'name' AS policy, summary_failures,
+           summary_retry_at
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
 ), {
@@ -518,7 +519,8 @@ WITH RECURSIVE conv AS (
         _SHOWN_COLUMNS,
         conversation="$1",
         limit="(SELECT context_summaries FROM conv)",
-        within="AND EXISTS (SELECT 1 FROM conv)",
+        within="AND EXISTS (SELECT 1 FROM conv) AND m.tokens <= coalesce("
+        "(SELECT context_max_summary_tokens FROM conv), m.tokens)",
     )
 }, shown AS (
     SELECT memory_id, kind, text, start_sequence, end_sequence, start_round, end_round,
@@ -663,13 +665,21 @@ async def context_json(
         return result
 
 
+# Summaries over the conversation's cap (ContextSpec.max_summary_tokens) are never shown.
+_WITHIN_CAP = (
+    "AND m.tokens <= coalesce((SELECT context_max_summary_tokens FROM conversations "
+    "WHERE conversation_id = :conversation_id), m.tokens)"
+)
+
+
 # Seed 003's getStats, from the context read's pieces: the conversation's running totals and the
 # summaries it shows (chain_cte, as CONTEXT_SQL), with the entries up to the newest one's end
 # counted as compressed. Each value is an index probe: the cost does not grow with history.
 STATS_SQL = text(
     f"""
     WITH RECURSIVE conv AS (
-        SELECT next_sequence, next_tokens, context_summaries, memory_policy ->> 'name' AS policy
+        SELECT next_sequence, next_tokens, context_summaries, context_max_summary_tokens,
+               memory_policy ->> 'name' AS policy
         FROM conversations
         WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id
     ), {
@@ -678,7 +688,8 @@ STATS_SQL = text(
             "m.memory_id, m.start_sequence, m.end_sequence, m.tokens",
             conversation=":conversation_id",
             limit="(SELECT context_summaries FROM conv)",
-            within="AND EXISTS (SELECT 1 FROM conv)",
+            within="AND EXISTS (SELECT 1 FROM conv) AND m.tokens <= coalesce("
+            "(SELECT context_max_summary_tokens FROM conv), m.tokens)",
         )
     }, covered AS (
         SELECT coalesce(max(end_sequence), -1) AS end_sequence, count(*) AS summaries,
@@ -732,6 +743,7 @@ _CHAIN_OF_ONE = chain_cte(
     "m.memory_id, m.start_sequence",
     conversation=":conversation_id",
     limit="(SELECT context_summaries FROM conversations WHERE conversation_id = :conversation_id)",
+    within=_WITHIN_CAP,
 )
 
 

@@ -41,10 +41,11 @@ APPEND_SQL = text(
     ), conv AS (
         INSERT INTO conversations AS c (conversation_id, tenant_id, metadata, next_sequence, next_round,
                                         memory_policy, context_summaries, context_recent_rounds,
-                                        wake_round, wake_sequence, wake_tokens, summary_due_at,
-                                        next_tokens, open_tool_calls, last_event_id)
+                                        context_max_summary_tokens, wake_round, wake_sequence, wake_tokens,
+                                        summary_due_at, next_tokens, open_tool_calls, last_event_id)
         SELECT :conversation_id, :tenant_id, r.doc, :count, 1, CAST(:memory_policy AS jsonb),
-               :context_summaries, :context_recent_rounds, :wake_round, :wake_sequence,
+               :context_summaries, :context_recent_rounds,
+               CAST(:context_max_summary_tokens AS integer), :wake_round, :wake_sequence,
                CAST(:wake_tokens AS bigint),
                CASE WHEN (0 >= :wake_round AND :count - 1 >= :wake_sequence)
                          OR CAST(:round_tokens AS bigint) >= CAST(:wake_tokens AS bigint) THEN now() END,
@@ -226,6 +227,7 @@ def append_params(
         "memory_policy": orjson.dumps(default_policy).decode(),
         "context_summaries": default_context.summaries,
         "context_recent_rounds": default_context.recent_rounds,
+        "context_max_summary_tokens": default_context.max_summary_tokens,
         "wake_round": default_wake.round,
         "wake_sequence": default_wake.sequence,
         "wake_tokens": default_wake.tokens,

@@ -135,11 +135,12 @@ class Locked:
     memory_policy: dict[str, Any]
     open_calls: int
     total_tokens: int
+    ended: bool = False
 
 
 _LOCK = """
     SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
-           open_tool_calls, next_tokens
+           open_tool_calls, next_tokens, ended_at IS NOT NULL AS ended
     FROM conversations c
     WHERE conversation_id = :conversation_id {condition}
     FOR NO KEY UPDATE {skip}
@@ -178,6 +179,7 @@ async def _lock(
         memory_policy=row.memory_policy,
         open_calls=int(row.open_tool_calls),
         total_tokens=int(row.next_tokens),
+        ended=bool(row.ended),
     )
 
 

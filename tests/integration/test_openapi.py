@@ -145,14 +145,19 @@ async def test_statuses_kinds_policies_and_roles_are_enums(api: App) -> None:
     schemas = (await fetch_openapi(api.client))["components"]["schemas"]
     memory = schemas["MemoryOut"]["properties"]
     assert memory["status"]["enum"] == ["processing", "completed", "failed"]
-    assert memory["kind"]["enum"] == ["window", "block", "compression", "fold"]
+    assert memory["kind"]["enum"] == ["window", "block", "compression", "fold", "medium_term", "compaction"]
     assert schemas["MemoryStarted"]["properties"]["status"]["enum"] == ["processing", "completed", "failed"]
     assert schemas["ContextOut"]["properties"]["policy"]["enum"] == list(POLICY_NAMES)
     assert schemas["MessageOut"]["properties"]["role"]["enum"] == ["user", "assistant", "system", "tool"]
     assert schemas["RunnerStats"]["properties"]["llm_circuit"]["enum"] == ["closed", "open", "half_open"]
     policy = schemas["ConversationOut"]["properties"]["memory_policy"]
     assert set(policy["discriminator"]["mapping"]) == set(POLICY_NAMES)
-    for config in ("SlidingWindowConfig", "RollingBlocksConfig", "TokenBudgetConfig"):
+    for config in (
+        "SlidingWindowConfig",
+        "RollingBlocksConfig",
+        "TokenBudgetConfig",
+        "RecursiveSummaryConfig",
+    ):
         assert "name" in schemas[config]["required"]  # the discriminator a request must send
     error_codes = schemas["ErrorOut"]["properties"]["code"]["enum"]
     assert {"bad_request", "not_found", "unsupported_media_type", "unavailable"} <= set(error_codes)

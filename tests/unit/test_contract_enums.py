@@ -11,7 +11,7 @@ from sqlalchemy import CheckConstraint
 from app.errors import AppError
 from app.main import _CODES
 from app.memory.breaker import CircuitState as BreakerState
-from app.memory.policies import POLICY_NAMES, rolling_blocks, sliding_window, token_budget
+from app.memory.policies import POLICY_NAMES, recursive_summary, rolling_blocks, sliding_window, token_budget
 from app.models import memory
 from app.schemas import CircuitState, ErrorCode, MemoryKind, MemoryStatus, PolicyName, Role
 
@@ -32,6 +32,8 @@ def test_memory_statuses_and_kinds_are_the_tables() -> None:
         rolling_blocks.KIND,
         token_budget.COMPRESSION,
         token_budget.FOLD,
+        recursive_summary.MEDIUM_TERM,
+        recursive_summary.COMPACTION,
     }
 
 

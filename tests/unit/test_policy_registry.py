@@ -14,7 +14,7 @@ DEFAULTS = {"sliding_window": {"window_size": 20, "summarize_after_seq": 9, "cat
 
 
 def test_names() -> None:
-    assert POLICY_NAMES == ("sliding_window", "rolling_blocks", "token_budget")
+    assert POLICY_NAMES == ("sliding_window", "rolling_blocks", "token_budget", "recursive_summary")
 
 
 def test_a_name_alone_takes_every_default() -> None:
@@ -41,7 +41,7 @@ def test_given_parameters_win_over_deployment_defaults() -> None:
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ("recursive_summary", "does not match any of the expected tags"),
+        ("summary_of_everything", "does not match any of the expected tags"),
         ({"name": "token_budget", "compression_ratio": 0}, "token_budget.compression_ratio"),
         ({"name": "rolling_blocks", "window": 0}, "rolling_blocks.window"),
         ({"name": "rolling_blocks", "windw": 3}, "rolling_blocks.windw"),

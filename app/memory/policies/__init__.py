@@ -16,17 +16,19 @@ import orjson
 from pydantic import BaseModel, Field, TypeAdapter
 
 from app.memory.policies.base import MemoryPolicy, policy_dump
+from app.memory.policies.recursive_summary import RecursiveSummaryConfig, RecursiveSummaryPolicy
 from app.memory.policies.rolling_blocks import RollingBlocksConfig, RollingBlocksPolicy
 from app.memory.policies.sliding_window import SlidingWindowConfig, SlidingWindowPolicy
 from app.memory.policies.token_budget import TokenBudgetConfig, TokenBudgetPolicy
 
-AnyConfig = SlidingWindowConfig | RollingBlocksConfig | TokenBudgetConfig
+AnyConfig = SlidingWindowConfig | RollingBlocksConfig | TokenBudgetConfig | RecursiveSummaryConfig
 PolicyConfig = Annotated[AnyConfig, Field(discriminator="name")]
 
 _BUILDERS: dict[type[BaseModel], Callable[[Any], MemoryPolicy]] = {
     SlidingWindowConfig: SlidingWindowPolicy,
     RollingBlocksConfig: RollingBlocksPolicy,
     TokenBudgetConfig: TokenBudgetPolicy,
+    RecursiveSummaryConfig: RecursiveSummaryPolicy,
 }
 POLICY_NAMES: tuple[str, ...] = tuple(c.model_fields["name"].default for c in _BUILDERS)
 
