@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from app.api import admin, context, conversations, docs, events, health, openapi, ops, webhooks
+from app.api import admin, context, conversations, docs, events, health, openapi, ops, users, webhooks
 from app.api import metrics as metrics_api
 from app.api.responses import edge_responses
 from app.db import (
@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.admin_key is not None:
         app.include_router(admin.router)
     app.state.head_revision = head_revision()
-    for module in (conversations, context, events, ops, webhooks):
+    for module in (conversations, context, events, ops, users, webhooks):
         app.include_router(module.router, responses=edge_responses(api_keys=bool(settings.api_keys)))
     app.include_router(health.router, responses=edge_responses(api_keys=False))
     if docs_served(settings):

@@ -54,6 +54,7 @@ MetadataValue = Annotated[
 # The most messages one POST may hold (MEMORY_MAX_MESSAGES_PER_REQUEST is at most this).
 MAX_MESSAGES_PER_REQUEST = 1000
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,49}$"
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
 
 
 # Bounds of JSON content: what every layer (orjson, PostgreSQL's json, clients) handles exactly.
@@ -294,6 +295,12 @@ class CreateConversationIn(RequestBody):
         "out take the deployment's defaults. Unset: the deployment's MEMORY_POLICY.",
     )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=64)
+    user_id: str | None = Field(
+        default=None,
+        pattern=USER_ID_PATTERN,
+        description="The user the conversation belongs to (one namespace per tenant); set once, here. "
+        "Their conversations feed GET /users/{user_id}/context.",
+    )
 
 
 class UpdateConversationIn(RequestBody):
@@ -420,6 +427,62 @@ class ContextWindow(BaseModel):
     used_percent: float
 
 
+class UserSummaryBrief(BaseModel):
+    memory_id: int
+    text: str
+    completed_at: datetime
+
+
+class UserSummaryOut(BaseModel):
+    memory_id: int
+    status: MemoryStatus
+    text: str = Field(description="Empty until completed.")
+    base_memory_id: int | None = Field(description="The previous summary it evolved (the version chain).")
+    sources: list[dict[str, Any]] = Field(
+        description="The conversations it was built from, newest first: conversation_id, the "
+        "summary of theirs it read (summary_memory_id) and their last sequence then."
+    )
+    created_at: datetime
+    completed_at: datetime | None
+    generation_time_ms: int | None
+    attempts: int
+    error: str | None
+    tokens: int
+
+
+class UserProcessing(BaseModel):
+    memory_id: int
+    base_memory_id: int | None
+    created_at: datetime
+
+
+class UserFreshness(BaseModel):
+    fresh: bool = Field(description="True when no newer summary is due or running.")
+    behind: Literal["processing", "due"] | None = Field(
+        description="Why it is not fresh: a newer one is running, or due (a conversation ended or "
+        "its summary advanced since)."
+    )
+
+
+class UserContextOut(BaseModel):
+    model_config = _examples(examples.USER_CONTEXT)
+
+    user_id: str
+    summary: UserSummaryOut | None = Field(
+        description="The latest completed cross-conversation summary of the user's last 5 "
+        "conversations; never one half-built (null until the first completes)."
+    )
+    processing: UserProcessing | None = Field(description="A newer one being built.")
+    freshness: UserFreshness
+
+
+class UserMemoriesOut(BaseModel):
+    model_config = _examples(examples.USER_MEMORIES)
+
+    user_id: str
+    memories: list[UserSummaryOut] = Field(description="Every version, newest first.")
+
+
 class ContextOut(BaseModel):
     model_config = _examples(examples.CONTEXT, examples.CONTEXT_WHILE_PROCESSING)
 
@@ -461,6 +524,11 @@ class ContextOut(BaseModel):
         default=None,
         description="Only with ?wait_for_pending: true when the summary that was processing still "
         "is (the wait ran out); false when it completed or failed, or none was processing.",
+    )
+    user_summary: UserSummaryBrief | None = Field(
+        default=None,
+        description="For a conversation of a user: the user's latest completed cross-conversation "
+        "summary (GET /users/{user_id}/context), so a new session needs no second call.",
     )
 
 
@@ -536,6 +604,24 @@ class ConversationOut(BaseModel):
     summary_failures: int = Field(description="Summaries that failed in a row (0 once one completes).")
     summary_retry_at: datetime | None = Field(description="No summary starts before this (backoff).")
     memory_count: int | None = None
+    user_id: str | None = Field(default=None, description="The user it belongs to, if any.")
+    ended_at: datetime | None = Field(
+        default=None, description="When POST .../end ended it: read-only since (409 on new messages)."
+    )
+    archived_at: datetime | None = Field(
+        default=None,
+        description="When it was archived (no message for MEMORY_ARCHIVE_AFTER_DAYS): read-only, "
+        "out of listings unless asked for.",
+    )
+
+
+class EndConversationOut(ConversationOut):
+    model_config = _examples(examples.ENDED_CONVERSATION)
+
+    final_summary: MemoryStarted | None = Field(
+        description="The final summary the policy started (for recursive_summary: one covering "
+        "every message); null when none was due."
+    )
 
 
 class ConversationsPageOut(BaseModel):

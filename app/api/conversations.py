@@ -19,6 +19,7 @@ from app.schemas import (
     ConversationOut,
     ConversationsPageOut,
     CreateConversationIn,
+    EndConversationOut,
     ImportedOut,
     MemoryStarted,
     MessagesPageOut,
@@ -46,7 +47,8 @@ REPLAYED = {
             (404, "The id is another tenant's conversation.", "conversation 'demo' not found"),
             (
                 409,
-                "The Idempotency-Key was used before with another body.",
+                "The Idempotency-Key was used before with another body, or the conversation was "
+                "ended (POST .../end) or archived: it is read-only.",
                 "Idempotency-Key was already used with a different request body",
             ),
             (
@@ -146,7 +148,22 @@ async def create_conversation(
         conversation_id=body.conversation_id,
         memory_policy=body.memory_policy,
         metadata=body.metadata,
+        user_id=body.user_id,
     )
+
+
+@router.post(
+    "/conversations/{conversation_id}/end",
+    response_model=EndConversationOut,
+    responses=errors(404, 422, 503),
+)
+async def end_conversation(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """End a session (seed 001): the conversation becomes read-only (a 409 on new messages), its
+    policy starts a final summary (for recursive_summary one covering every message), and its
+    user's cross-conversation summary is rebuilt. Ending it again changes nothing."""
+    return await service.end_conversation(tenant_id=tenant, conversation_id=conversation_id)
 
 
 @router.get(

@@ -317,3 +317,47 @@ DEAD_DELIVERY = {
     "last_error": "HTTP 503",
     "created_at": "2026-04-01T09:00:00.000000Z",
 }
+
+# ---- seed 001: ending a session, users --------------------------------------------------
+
+RECURSIVE_SUMMARY = {
+    "name": "recursive_summary",
+    "short_term": 10,
+    "update_every": 10,
+    "max_summary_tokens": 7000,
+    "target_min_tokens": 500,
+    "target_max_tokens": 1000,
+}
+ENDED_CONVERSATION = CONVERSATION | {
+    "conversation_id": "session-7",
+    "metadata": {},
+    "memory_policy": RECURSIVE_SUMMARY,
+    "message_count": 24,
+    "round_count": 12,
+    "memory_count": 2,
+    "user_id": "ana",
+    "ended_at": "2026-04-01T11:00:00.000000Z",
+    "archived_at": None,
+    "final_summary": MEMORY_STARTED
+    | {"memory_id": 3, "kind": "medium_term", "end_sequence": 23, "end_round": 11, "base_memory_id": 2},
+}
+USER_SUMMARY = {
+    "memory_id": 4,
+    "status": "completed",
+    "text": "# Cross-Conversation Summary\n\n## session-7 (ended, last message 2026-04-01T10:59:00)\n...",
+    "base_memory_id": 3,
+    "sources": [{"conversation_id": "session-7", "summary_memory_id": 3, "last_sequence": 23}],
+    "created_at": "2026-04-01T11:00:00.100000Z",
+    "completed_at": "2026-04-01T11:00:02.300000Z",
+    "generation_time_ms": 2200,
+    "attempts": 1,
+    "error": None,
+    "tokens": 640,
+}
+USER_CONTEXT = {
+    "user_id": "ana",
+    "summary": USER_SUMMARY,
+    "processing": None,
+    "freshness": {"fresh": True, "behind": None},
+}
+USER_MEMORIES = {"user_id": "ana", "memories": [USER_SUMMARY]}

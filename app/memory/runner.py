@@ -1,8 +1,10 @@
 """Background summaries in one process: claiming due work, running it, renewing its leases.
 
-The work itself lives in PostgreSQL (app.repositories.work): due conversations and queued
-'processing' rows. A runner claims at most as many pieces as it has free slots
-(``max_concurrent``), in the database's fair order across tenants, whenever it is poked (a POST
+The work itself lives in PostgreSQL (app.repositories.work): due conversations and users, and
+queued 'processing' rows. The runner knows work only by its key (any hashable: the service uses
+(table, row id)), so one runner, one set of slots and one lease loop serve every kind of work.
+A runner claims at most as many pieces as it has free slots (``max_concurrent``), in the
+database's fair order across tenants, whenever it is poked (a POST
 made a summary due, a summary ended, a slot freed) and at least every ``claim_interval`` seconds,
 so work made due by another replica, or left by one that died, is picked up too. Nothing waits
 in process memory: a runner that stops loses no work.
@@ -18,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +37,16 @@ DEFAULT_MAX_RUN_SECONDS = 180.0 + RUN_LIMIT_MARGIN_SECONDS
 CLAIM_BATCH = 16
 
 
-class SummaryRunner:
+K = TypeVar("K", bound=Hashable)
+
+
+class SummaryRunner(Generic[K]):
     def __init__(
         self,
         *,
-        claim: Callable[[int], Awaitable[list[int]]],
-        work: Callable[[int], Awaitable[None]],
-        maintenance: Callable[[list[int]], Awaitable[None]],
+        claim: Callable[[int], Awaitable[list[K]]],
+        work: Callable[[K], Awaitable[None]],
+        maintenance: Callable[[list[K]], Awaitable[None]],
         max_concurrent: int,
         claim_interval: float,
         maintenance_interval: float,
@@ -54,10 +60,10 @@ class SummaryRunner:
         self._maintenance_interval = maintenance_interval
         # None: renew for as long as a summary runs.
         self.max_run_seconds = max_run_seconds
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks: dict[K, asyncio.Task[None]] = {}
         # When each running summary started.
-        self._started: dict[int, float] = {}
-        self._overdue_logged: set[int] = set()
+        self._started: dict[K, float] = {}
+        self._overdue_logged: set[K] = set()
         self._poked = asyncio.Event()
         self._claim_lock = asyncio.Lock()
         self._claimer: asyncio.Task[None] | None = None
@@ -68,27 +74,27 @@ class SummaryRunner:
     def running(self) -> int:
         return len(self._tasks)
 
-    def owned(self) -> list[int]:
-        """Memory ids of the summaries this process is running."""
+    def owned(self) -> list[K]:
+        """Keys of the summaries this process is running."""
         return list(self._tasks)
 
-    def renewable(self) -> list[int]:
+    def renewable(self) -> list[K]:
         """The owned summaries whose leases to renew: all but those running past
         ``max_run_seconds``, which are wedged (each is logged once)."""
         if self.max_run_seconds is None:
             return self.owned()
         now = asyncio.get_running_loop().time()
         keep = []
-        for memory_id in self._tasks:
-            if now - self._started[memory_id] <= self.max_run_seconds:
-                keep.append(memory_id)
-            elif memory_id not in self._overdue_logged:
-                self._overdue_logged.add(memory_id)
+        for key in self._tasks:
+            if now - self._started[key] <= self.max_run_seconds:
+                keep.append(key)
+            elif key not in self._overdue_logged:
+                self._overdue_logged.add(key)
                 logger.warning(
-                    "Summary %d has run %.0fs, past its limit of %.0fs: no longer renewing its "
+                    "Summary %s has run %.0fs, past its limit of %.0fs: no longer renewing its "
                     "lease, so another runner claims it again",
-                    memory_id,
-                    now - self._started[memory_id],
+                    key,
+                    now - self._started[key],
                     self.max_run_seconds,
                 )
         return keep
@@ -136,25 +142,25 @@ class SummaryRunner:
                 break
             asked = min(free, CLAIM_BATCH)
             claimed = await self._claim(asked)
-            for memory_id in claimed:
-                self._spawn(memory_id)
+            for key in claimed:
+                self._spawn(key)
             started += len(claimed)
             if len(claimed) < asked:
                 break
         return started
 
-    def _spawn(self, memory_id: int) -> None:
-        task = asyncio.create_task(self._run(memory_id), name=f"summary-{memory_id}")
-        self._tasks[memory_id] = task
-        self._started[memory_id] = asyncio.get_running_loop().time()
+    def _spawn(self, key: K) -> None:
+        task = asyncio.create_task(self._run(key), name=f"summary-{key}")
+        self._tasks[key] = task
+        self._started[key] = asyncio.get_running_loop().time()
 
-    async def _run(self, memory_id: int) -> None:
+    async def _run(self, key: K) -> None:
         try:
-            await self._work(memory_id)
+            await self._work(key)
         finally:
-            self._tasks.pop(memory_id, None)
-            self._started.pop(memory_id, None)
-            self._overdue_logged.discard(memory_id)
+            self._tasks.pop(key, None)
+            self._started.pop(key, None)
+            self._overdue_logged.discard(key)
             self.poke()  # a slot is free
 
     async def _maintain_forever(self) -> None:

@@ -5,6 +5,7 @@ each policy decides lives in app.memory.policies, and nothing here names a polic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -22,7 +23,7 @@ from app import logs, metrics
 from app.db import classify_db_error, describe_db_error, is_database_error
 from app.errors import Conflict, Invalid, NotFound, PayloadTooLarge
 from app.events import EventHub, wait_until
-from app.memory import formats
+from app.memory import formats, user_summary
 from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel, EmptySummaryError, LLMCallTimeoutError, LLMRequestError
 from app.memory.policies import (
@@ -48,6 +49,7 @@ from app.repositories import (
     messages,
     rounds,
     transfer,
+    users,
     webhooks,
     work,
 )
@@ -80,6 +82,12 @@ DUE_REQUESTS = 10_000
 EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None, newest=None)
 
 logger = logging.getLogger("app.memory")
+
+# What a runner runs, by key: (table, row id). A conversation's summary is a memory row, a
+# user's cross-conversation summary a user_memory row; the runner knows neither.
+WorkKey = tuple[str, int]
+MEMORY_WORK = "memory"
+USER_WORK = "user_memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +211,9 @@ class MemoryService:
         # Conversation -> the request id of the round (or ops request) that last made its summary
         # due here, oldest first.
         self._due_requests: dict[str, str] = {}
-        self.runner = SummaryRunner(
+        self.runner: SummaryRunner[WorkKey] = SummaryRunner(
             claim=self.claim_work,
-            work=self.summarize,
+            work=self.run_work,
             maintenance=self.maintain,
             max_concurrent=max_concurrent,
             claim_interval=claim_interval,
@@ -229,6 +237,7 @@ class MemoryService:
         conversation_id: str,
         memory_policy: PolicyConfig | None,
         metadata: dict[str, Any] | None,
+        user_id: str | None = None,
     ) -> dict[str, Any]:
         """Create an empty conversation with its policy resolved (every parameter filled in from
         the request, else the deployment defaults); 409 when the id is taken."""
@@ -246,6 +255,7 @@ class MemoryService:
                 memory_policy=policy_dump(policy.config),
                 context=policy.context,
                 wake=policy.wake(EMPTY),
+                user_id=user_id,
             )
             if row is None:
                 raise Conflict(f"conversation {conversation_id!r} already exists")
@@ -364,6 +374,14 @@ class MemoryService:
         if isinstance(outcome, Refused):
             if outcome.foreign:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            if outcome.closed is not None:
+                raise Conflict(
+                    f"conversation {conversation_id!r} was ended (POST .../end) and is read-only: "
+                    "start a new conversation"
+                    if outcome.closed == "ended"
+                    else f"conversation {conversation_id!r} is archived and read-only: restore it "
+                    "with POST /ops/conversations/{id}/restore"
+                )
             leading = rounds.leading_results(items)
             if outcome.open_calls > leading:
                 raise Invalid(
@@ -482,12 +500,51 @@ class MemoryService:
 
     # ---- claiming work (any replica or worker) ----------------------------------------
 
-    async def claim_work(self, limit: int) -> list[int]:
-        """Claim up to ``limit`` pieces of due work in the fair order and return the memory ids
-        this runner now owns. Nothing is claimed while the model's circuit is open: the work
-        stays due, and the first claim after the pause is the circuit's trial."""
+    async def claim_work(self, limit: int) -> list[WorkKey]:
+        """Claim up to ``limit`` pieces of due work and return the keys this runner now owns:
+        conversations' summaries in the fair order, then, with slots left, users' summaries
+        (oldest first). Nothing is claimed while the model's circuit is open: the work stays due,
+        and the first claim after the pause is the circuit's trial."""
         if self.model is not None and not self.breaker.allow():
             return []
+        claimed = [(MEMORY_WORK, memory_id) for memory_id in await self._claim_conversation_work(limit)]
+        if len(claimed) < limit:
+            claimed += [
+                (USER_WORK, memory_id) for memory_id in await self._claim_user_work(limit - len(claimed))
+            ]
+        return claimed
+
+    async def _claim_user_work(self, limit: int) -> list[int]:
+        async with self.engine.connect() as conn:
+            found = await users.candidates(
+                conn, limit=limit, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
+            )
+        running_here = {key for kind, key in self.runner.owned() if kind == USER_WORK}
+        rows = [w.memory_id for w in found if w.memory_id is not None and w.memory_id not in running_here]
+        claimed: list[int] = []
+        if rows:
+            async with self.engine.begin() as conn:
+                claimed += await users.claim_rows(
+                    conn,
+                    memory_ids=rows,
+                    lease_seconds=self.lease_seconds,
+                    max_attempts=self.retries.max_attempts,
+                    backoff=self.retries.backoff,
+                )
+        for due in (w for w in found if w.memory_id is None):
+            async with self.engine.begin() as conn:
+                row = await users.start_due(
+                    conn,
+                    tenant_id=due.tenant_id,
+                    user_id=due.user_id,
+                    lease_seconds=self.lease_seconds,
+                    skip_locked=True,
+                )
+            if row is not None:
+                claimed.append(row["memory_id"])
+        return claimed
+
+    async def _claim_conversation_work(self, limit: int) -> list[int]:
         async with self.engine.connect() as conn:
             found = await work.candidates(
                 conn,
@@ -496,7 +553,7 @@ class MemoryService:
                 backoff=self.retries.backoff,
                 served=self._served,
             )
-        running_here = set(self.runner.owned())
+        running_here = {key for kind, key in self.runner.owned() if kind == MEMORY_WORK}
         # Queued and abandoned rows: one conditional update claims them all.
         rows = [c for c in found if c.memory_id is not None and c.memory_id not in running_here]
         claimed: list[int] = []
@@ -556,6 +613,14 @@ class MemoryService:
             del self._served[next(iter(self._served))]
 
     # ---- background summary -------------------------------------------------------------
+
+    async def run_work(self, key: WorkKey) -> None:
+        """Run one piece of claimed work (never raises)."""
+        kind, row_id = key
+        if kind == USER_WORK:
+            await self.summarize_user(row_id)
+        else:
+            await self.summarize(row_id)
 
     async def summarize(self, memory_id: int) -> None:
         """Seed 004's do_summarization, for a row this runner owns, of any policy; never raises.
@@ -661,6 +726,9 @@ class MemoryService:
                     tokens=tokens,
                     generation_time_ms=elapsed_ms,
                 )
+                if lags is not None and locked is not None and locked.user_id is not None:
+                    # The user's cross-conversation summary draws on this one.
+                    await users.mark_due(conn, tenant_id=locked.tenant_id, user_id=locked.user_id)
                 queued = (
                     await self._plan_and_start(
                         conn,
@@ -703,6 +771,164 @@ class MemoryService:
             metrics.SUMMARIES_FAILED.labels(policy_name, failure_reason(exc)).inc()
             await self._mark_failed(memory_id, attempt, reason, started)
 
+    # ---- users: the cross-conversation summary (seed 001) ---------------------------------
+
+    async def summarize_user(self, memory_id: int) -> None:
+        """Build a user's cross-conversation summary from their last conversations (each one's
+        shown summary and short-term messages) and the previous one, for a row this runner owns;
+        never raises. Completed, it replaces the previous one in GET /users/{id}/context."""
+        started = time.perf_counter()
+        attempt = 0
+        try:
+            async with self.engine.connect() as conn:
+                row = await users.get(conn, memory_id=memory_id)
+                if row is None or row["status"] != "processing":
+                    return
+                attempt = row["attempts"]
+                tenant_id, user_id = row["tenant_id"], row["user_id"]
+                previous = (
+                    await users.base_text(
+                        conn, tenant_id=tenant_id, user_id=user_id, memory_id=row["base_memory_id"]
+                    )
+                    if row["base_memory_id"] is not None
+                    else None
+                )
+                sources = []
+                for found in await users.recent_conversations(
+                    conn, tenant_id=tenant_id, user_id=user_id, limit=user_summary.CONVERSATIONS
+                ):
+                    covered = -1 if found["end_sequence"] is None else found["end_sequence"]
+                    recent = await messages.between(
+                        conn,
+                        conversation_id=found["conversation_id"],
+                        start=max(covered + 1, found["last_sequence"] - user_summary.SHORT_TERM + 1),
+                        end=found["last_sequence"],
+                    )
+                    sources.append(
+                        user_summary.Source(
+                            conversation_id=found["conversation_id"],
+                            ended=found["ended_at"] is not None,
+                            last_message_at=found["last_message_at"].isoformat(),
+                            summary=found["memory_text"],
+                            summary_memory_id=found["memory_id"],
+                            last_sequence=found["last_sequence"],
+                            messages=tuple(recent),
+                        )
+                    )
+            if self.model is None:
+                text = user_summary.fallback(sources, self.summary_max_chars)
+            else:
+                job = SummaryJob(
+                    memory_id=memory_id,
+                    conversation_id=f"user:{user_id}",
+                    kind="user",
+                    start_sequence=0,
+                    end_sequence=0,
+                    start_round=0,
+                    end_round=0,
+                    base_text=previous,
+                    base_end_sequence=None,
+                    messages=(),
+                    max_chars=self.summary_max_chars,
+                )
+                try:
+                    text = await self.model.summarize(
+                        user_summary.prompt(previous, sources, self.summary_max_chars), job
+                    )
+                except Exception:
+                    self.breaker.record_failure()
+                    raise
+                self.breaker.record_success()
+            if not text.strip():
+                raise EmptySummaryError("the summarizer returned an empty summary")
+            elapsed_ms = int((time.perf_counter() - started) * 1000)
+            async with self.engine.begin() as conn:
+                done = await users.complete(
+                    conn,
+                    memory_id=memory_id,
+                    attempt=attempt,
+                    memory_text=text,
+                    sources=[
+                        {
+                            "conversation_id": s.conversation_id,
+                            "summary_memory_id": s.summary_memory_id,
+                            "last_sequence": s.last_sequence,
+                        }
+                        for s in sources
+                    ],
+                    tokens=self.counter.count(text),
+                    generation_time_ms=elapsed_ms,
+                )
+            if done is not None:
+                logger.info("User summary %d of %s completed in %dms", memory_id, user_id, elapsed_ms)
+                self.runner.poke()  # the user may be due again (a conversation advanced meanwhile)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                async with self.engine.begin() as conn:
+                    await users.release(conn, memory_id=memory_id, attempt=attempt)
+            raise
+        except Exception as exc:
+            reason = describe_db_error(exc) if is_database_error(exc) else f"{type(exc).__name__}: {exc}"
+            logger.warning("User summary %d failed: %s", memory_id, reason)
+            with contextlib.suppress(Exception):
+                async with self.engine.begin() as conn:
+                    await users.fail(
+                        conn,
+                        memory_id=memory_id,
+                        attempt=attempt,
+                        error=reason,
+                        generation_time_ms=int((time.perf_counter() - started) * 1000),
+                    )
+
+    async def user_context(self, *, tenant_id: str, user_id: str) -> dict[str, Any]:
+        """The user's latest completed cross-conversation summary (never one half-built), what is
+        on its way, and how fresh it is. 404 for a user with no conversation."""
+        async with self.engine.connect() as conn:
+            found = await users.context(conn, tenant_id=tenant_id, user_id=user_id)
+        if found is None:
+            raise NotFound(f"user {user_id!r} not found")
+        behind = "processing" if found["processing"] else ("due" if found["due_at"] is not None else None)
+        return {
+            "user_id": user_id,
+            "summary": found["summary"],
+            "processing": found["processing"],
+            "freshness": {"fresh": behind is None, "behind": behind},
+        }
+
+    async def user_memories(self, *, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+        async with self.engine.connect() as conn:
+            if await users.context(conn, tenant_id=tenant_id, user_id=user_id) is None:
+                raise NotFound(f"user {user_id!r} not found")
+            return await users.chain(conn, tenant_id=tenant_id, user_id=user_id)
+
+    async def end_conversation(self, *, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+        """End a session (seed 001): the conversation becomes read-only, its policy plans a final
+        summary (for recursive_summary, one covering every message), and its user's
+        cross-conversation summary is due. Ending it again changes nothing."""
+        async with self.engine.begin() as conn:
+            locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if locked is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            row = await conversations.end(conn, conversation_id=conversation_id)
+            if row["archived_at"] is not None:
+                raise Conflict(
+                    f"conversation {conversation_id!r} is archived; restore it with "
+                    "POST /ops/conversations/{id}/restore first"
+                )
+            started = None
+            if locked.last_sequence >= 0:
+                started = await self._plan_and_start(
+                    conn,
+                    conversation_id=conversation_id,
+                    locked=replace(locked, ended=True),
+                    trigger=Trigger.ROUND_END,
+                    own=False,
+                )
+            if locked.user_id is not None:
+                await users.mark_due(conn, tenant_id=locked.tenant_id, user_id=locked.user_id)
+        self.runner.poke()
+        return {**row, "final_summary": None if started is None else _memory_started(started)}
+
     async def _release(self, memory_id: int, attempt: int) -> None:
         try:
             async with self.engine.begin() as conn:
@@ -731,12 +957,24 @@ class MemoryService:
             # The database is unreachable: the lease expires and another runner claims the row.
             logger.warning("Could not mark memory %d failed; its lease expires instead", memory_id)
 
-    async def maintain(self, owned: list[int]) -> None:
+    async def maintain(self, owned: list[WorkKey]) -> None:
         """Renew the leases of our rows, fail rows whose runners died on every attempt, expire
         idempotency keys and old events."""
+        mine = [key for kind, key in owned if kind == MEMORY_WORK]
+        users_mine = [key for kind, key in owned if kind == USER_WORK]
         async with self.engine.begin() as conn:
-            if owned:
-                await memory.renew_leases(conn, memory_ids=owned, lease_seconds=self.lease_seconds)
+            if mine:
+                await memory.renew_leases(conn, memory_ids=mine, lease_seconds=self.lease_seconds)
+            if users_mine:
+                await users.renew_leases(conn, memory_ids=users_mine, lease_seconds=self.lease_seconds)
+            for row in await users.reap_expired(conn, max_attempts=self.retries.max_attempts):
+                logger.warning(
+                    "Reaped user memory %d of %s/%s: lease expired on all %d attempts",
+                    row["memory_id"],
+                    row["tenant_id"],
+                    row["user_id"],
+                    row["attempts"],
+                )
             for row in await memory.reap_expired(
                 conn, backoff=self.retries.backoff, max_attempts=self.retries.max_attempts
             ):
@@ -764,9 +1002,14 @@ class MemoryService:
             if claimed:
                 continue
             async with self.engine.connect() as conn:
-                found = await work.candidates(
-                    conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
-                )
+                found = [
+                    *await work.candidates(
+                        conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
+                    ),
+                    *await users.candidates(
+                        conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
+                    ),
+                ]
             if not found and self.runner.idle:
                 return
             if found:
@@ -819,6 +1062,7 @@ class MemoryService:
             if context_window is None
             else {"tokens": context_window, "used_percent": 0.0},
             "memory_lag_messages": 0,
+            "user_summary": None,
         }
 
     async def get_context(

@@ -16,7 +16,7 @@ _COLUMNS_OF = """
     c.conversation_id, c.created_at, {metadata} AS metadata, c.memory_policy,
     c.next_sequence AS message_count, c.next_round AS round_count,
     (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS memory_count,
-    c.summary_failures, c.summary_retry_at
+    c.summary_failures, c.summary_retry_at, c.user_id, c.ended_at, c.archived_at
 """
 _COLUMNS = _COLUMNS_OF.format(metadata="c.metadata")
 # Listings leave metadata out unless asked for, so a page stays small.
@@ -32,6 +32,7 @@ async def create(
     memory_policy: dict[str, Any],
     context: ContextSpec,
     wake: Wake,
+    user_id: str | None = None,
 ) -> dict[str, Any] | None:
     """Create an empty conversation; None when the id is taken (by any tenant)."""
     row = (
@@ -42,11 +43,11 @@ async def create(
                     INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
                                                context_summaries, context_recent_rounds,
                                                context_max_summary_tokens,
-                                               wake_round, wake_sequence, wake_tokens, last_event_id)
+                                               wake_round, wake_sequence, wake_tokens, user_id, last_event_id)
                     VALUES (:conversation_id, :tenant_id, CAST(:metadata AS jsonb),
                             CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
                             CAST(:context_max_summary_tokens AS integer), :wake_round, :wake_sequence,
-                            :wake_tokens,
+                            :wake_tokens, :user_id,
                             -- Created again after a DELETE: its events go on after the old ones.
                             (SELECT coalesce(max(event_id), 0) FROM events
                              WHERE conversation_id = CAST(:conversation_id AS varchar)))
@@ -69,6 +70,7 @@ async def create(
                 "wake_round": wake.round,
                 "wake_sequence": wake.sequence,
                 "wake_tokens": wake.tokens,
+                "user_id": user_id,
             },
         )
     ).one_or_none()
@@ -165,6 +167,26 @@ async def update_policy(
             "context_max_summary_tokens": context.max_summary_tokens,
         },
     )
+
+
+async def end(conn: AsyncConnection, *, conversation_id: str) -> dict[str, Any]:
+    """Mark a (locked) conversation ended, once: a later call keeps the first time."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH c AS (
+                    UPDATE conversations SET ended_at = coalesce(ended_at, now())
+                    WHERE conversation_id = :conversation_id
+                    RETURNING *
+                )
+                SELECT {_COLUMNS} FROM c
+                """
+            ),
+            {"conversation_id": conversation_id},
+        )
+    ).one()
+    return dict(row._mapping)
 
 
 async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None) -> bool:

@@ -510,7 +510,7 @@ CONTEXT_SQL = f"""
 WITH RECURSIVE conv AS (
     SELECT next_sequence, next_round, next_tokens, context_summaries, context_recent_rounds,
            context_max_summary_tokens, memory_policy ->> 'name' AS policy, summary_failures,
-           summary_retry_at
+           summary_retry_at, user_id
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
 ), {
@@ -631,7 +631,13 @@ SELECT json_build_object(
                            'tokens', $6::bigint,
                            'used_percent', round((t.summaries + t.messages) * 100.0 / $6, 1))
                        FROM tokens t WHERE $6 IS NOT NULL),
-    'memory_lag_messages', (SELECT next_sequence FROM conv) - (SELECT newest_end FROM bounds) - 1
+    'memory_lag_messages', (SELECT next_sequence FROM conv) - (SELECT newest_end FROM bounds) - 1,
+    'user_summary', (SELECT json_build_object('memory_id', u.memory_id, 'text', u.memory_text,
+                                              'completed_at', u.completed_at)
+                     FROM user_memory u
+                     WHERE u.tenant_id = $2 AND u.user_id = (SELECT user_id FROM conv)
+                       AND u.status = 'completed'
+                     ORDER BY u.memory_id DESC LIMIT 1)
 )::text
 WHERE EXISTS (SELECT 1 FROM conv)
 """

@@ -1,6 +1,9 @@
 """SQL for storing a round: one statement over conversations, messages, tool_calls,
 tool_results and idempotency_keys.
 
+An ended or archived conversation is refused inside the statement (its row lock decides), so a
+round racing POST .../end is either stored before the end or refused after it.
+
 A POST is the hot write path, so the whole round is one statement, run outside an explicit
 transaction (one round trip): the idempotency lookup, the conversation's upsert (creating it with
 the default policy, or reserving the next round and sequence range under its row lock), the
@@ -62,6 +65,7 @@ APPEND_SQL = text(
                 next_round = c.next_round + 1,
                 metadata = c.metadata || excluded.metadata,
                 next_tokens = c.next_tokens + :round_tokens,
+                last_message_at = now(),
                 open_tool_calls = c.open_tool_calls + :open_delta,
                 last_event_id = c.last_event_id + :count,
                 -- Reaching the wake point makes a summary due now, or once a failure's backoff
@@ -72,6 +76,8 @@ APPEND_SQL = text(
                     THEN least(c.summary_due_at, greatest(now(), c.summary_retry_at))
                     ELSE c.summary_due_at END
             WHERE c.tenant_id = excluded.tenant_id
+              -- An ended or archived conversation is read-only.
+              AND c.ended_at IS NULL AND c.archived_at IS NULL
               -- Calls left open by the previous round are answered first, by this round's
               -- leading tool messages.
               AND c.open_tool_calls <= :leading_results
@@ -161,6 +167,8 @@ _APPEND_ORDER: tuple[str, ...] = tuple(_COMPILED_APPEND.positiontup or ())
 _REFUSED = text(
     """
     SELECT owner.tenant_id AS owner, owner.open_tool_calls AS open_calls,
+           CASE WHEN owner.archived_at IS NOT NULL THEN 'archived'
+                WHEN owner.ended_at IS NOT NULL THEN 'ended' END AS closed,
            octet_length(merged.doc::text) AS bytes,
            (SELECT count(*) FROM jsonb_object_keys(merged.doc)) AS keys
     FROM (SELECT coalesce((SELECT metadata FROM conversations
@@ -192,6 +200,8 @@ class Refused:
     open_calls: int
     metadata_bytes: int
     metadata_keys: int
+    # 'ended' or 'archived': the conversation is read-only.
+    closed: str | None = None
 
 
 def leading_results(items: Sequence[NewMessage]) -> int:
@@ -292,6 +302,7 @@ async def append(
         open_calls=int(refused.open_calls or 0),
         metadata_bytes=int(refused.bytes),
         metadata_keys=int(refused.keys),
+        closed=refused.closed,
     )
 
 

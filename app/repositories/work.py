@@ -136,11 +136,12 @@ class Locked:
     open_calls: int
     total_tokens: int
     ended: bool = False
+    user_id: str | None = None
 
 
 _LOCK = """
     SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
-           open_tool_calls, next_tokens, ended_at IS NOT NULL AS ended
+           open_tool_calls, next_tokens, ended_at IS NOT NULL AS ended, user_id
     FROM conversations c
     WHERE conversation_id = :conversation_id {condition}
     FOR NO KEY UPDATE {skip}
@@ -180,6 +181,7 @@ async def _lock(
         open_calls=int(row.open_tool_calls),
         total_tokens=int(row.next_tokens),
         ended=bool(row.ended),
+        user_id=row.user_id,
     )
 
 

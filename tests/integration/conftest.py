@@ -33,7 +33,7 @@ async def clean_database(plain_database_url: str) -> None:
             try:
                 await conn.execute(
                     "TRUNCATE conversations, messages, memory, idempotency_keys, events, webhooks, "
-                    "webhook_deliveries RESTART IDENTITY CASCADE"
+                    "webhook_deliveries, users, user_memory RESTART IDENTITY CASCADE"
                 )
                 break
             except asyncpg.DeadlockDetectedError:

@@ -201,7 +201,13 @@ class Call:
     key: str | None = ACME
 
     def url(self) -> str:
-        ids = {"{conversation_id}": "demo", "{memory_id}": "1", "{webhook_id}": "1", "{event_id}": "1"}
+        ids = {
+            "{conversation_id}": "demo",
+            "{memory_id}": "1",
+            "{webhook_id}": "1",
+            "{event_id}": "1",
+            "{user_id}": "ana",
+        }
         return self.path or functools.reduce(lambda path, id_: path.replace(*id_), ids.items(), self.template)
 
 
@@ -343,6 +349,12 @@ CALLS = [
     Call("POST", "/conversations/{conversation_id}/compress", 404, path="/conversations/nobody/compress"),
     Call("POST", "/conversations/{conversation_id}/compress", 409),  # nothing new since memory 1
     Call("POST", "/conversations/{conversation_id}/compress", 422, path="/conversations/-x/compress"),
+    Call("POST", "/conversations/{conversation_id}/end", 404, path="/conversations/nobody/end"),
+    Call("POST", "/conversations/{conversation_id}/end", 422, path="/conversations/-x/end"),
+    Call("GET", "/users/{user_id}/context", 404, path="/users/nobody/context"),
+    Call("GET", "/users/{user_id}/context", 422, path="/users/-x/context"),
+    Call("GET", "/users/{user_id}/memories", 404, path="/users/nobody/memories"),
+    Call("GET", "/users/{user_id}/memories", 422, path="/users/-x/memories"),
     Call("PATCH", "/conversations/{conversation_id}", 400, kwargs=json_body(b'{"memory_policy": ')),
     Call(
         "PATCH",

@@ -56,7 +56,7 @@ async def test_claims_fill_free_slots_only_and_wedged_summaries_lose_their_renew
 
 
 def test_the_default_limit_covers_the_default_call_bound() -> None:
-    runner = SummaryRunner(
+    runner: SummaryRunner[int] = SummaryRunner(
         claim=lambda _n: asyncio.sleep(0, result=[]),
         work=lambda _id: asyncio.sleep(0),
         maintenance=lambda _ids: asyncio.sleep(0),
