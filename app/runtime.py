@@ -87,6 +87,7 @@ async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIt
         lease_seconds=settings.MEMORY_PROCESSING_TIMEOUT_SECONDS,
         idempotency_ttl_hours=settings.MEMORY_IDEMPOTENCY_TTL_HOURS,
         events_ttl_hours=settings.MEMORY_EVENTS_TTL_HOURS,
+        archive_after_days=settings.MEMORY_ARCHIVE_AFTER_DAYS,
         max_concurrent=settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
         claim_interval=settings.MEMORY_CLAIM_INTERVAL_SECONDS,
         maintenance_interval=settings.MEMORY_REAPER_INTERVAL_SECONDS,

@@ -608,6 +608,10 @@ class ConversationOut(BaseModel):
     ended_at: datetime | None = Field(
         default=None, description="When POST .../end ended it: read-only since (409 on new messages)."
     )
+    last_message_at: datetime | None = Field(
+        default=None,
+        description="When its newest message was stored (creation, if none): the archive's clock.",
+    )
     archived_at: datetime | None = Field(
         default=None,
         description="When it was archived (no message for MEMORY_ARCHIVE_AFTER_DAYS): read-only, "

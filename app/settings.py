@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     MEMORY_SHUTDOWN_GRACE_SECONDS: float = Field(default=20.0, ge=0)
 
     MEMORY_IDEMPOTENCY_TTL_HOURS: float = Field(default=24.0, gt=0)
+    # Seed 001's cleanup: conversations with no new message for this long are archived.
+    MEMORY_ARCHIVE_AFTER_DAYS: float = Field(default=30.0, gt=0, le=36_500)
 
     # Events (app.events): how long they are kept, streams per process, heartbeat interval, and
     # the longest GET .../context?wait_for_pending.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response, status
 
@@ -155,7 +155,16 @@ async def create_conversation(
 @router.post(
     "/conversations/{conversation_id}/end",
     response_model=EndConversationOut,
-    responses=errors(404, 422, 503),
+    responses=errors(
+        404,
+        (
+            409,
+            "The conversation is archived (restore it first).",
+            "conversation 'trip-42' is archived; restore it with POST /ops/conversations/{id}/restore first",
+        ),
+        422,
+        503,
+    ),
 )
 async def end_conversation(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
@@ -276,11 +285,19 @@ async def list_conversations(
     after: Annotated[str | None, Query(pattern=CONVERSATION_ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     include_metadata: Annotated[bool, Query(description="Include each conversation's metadata.")] = False,
+    include_archived: Annotated[
+        bool, Query(description="Include archived conversations (left out by default).")
+    ] = False,
 ) -> dict[str, Any]:
     """Conversations ordered by id; pass next_after as ``after`` for the next page. Metadata is
-    null unless ``include_metadata`` is true, so a page stays small."""
+    null unless ``include_metadata`` is true, so a page stays small. Archived conversations are
+    left out unless ``include_archived`` is true."""
     page = await service.list_conversations(
-        tenant_id=tenant, after=after, limit=limit, include_metadata=include_metadata
+        tenant_id=tenant,
+        after=after,
+        limit=limit,
+        include_metadata=include_metadata,
+        archived=None if include_archived else False,
     )
     return {
         "conversations": page,
@@ -305,15 +322,44 @@ async def get_stats(
     return await service.stats(tenant_id=tenant, conversation_id=conversation_id)
 
 
+# Seed 001's session markdown, as GET .../export?format=markdown answers it.
+MARKDOWN_EXPORT_EXAMPLE = """# Session: 2026-04-01_100000
+
+## Metadata
+- Conversation: session-7
+- Start: 2026-04-01T10:00:00Z
+- End: 2026-04-01T11:00:00Z
+- Message Count: 24
+- Summary Version: 3
+
+## Short-Term Messages (Last 10)
+**Message 15 (User):** I've been thinking about what we discussed...
+**Message 16 (Assistant):** That's wonderful that you're reflecting...
+
+## Medium-Term Summary
+# Medium-Term Memory
+...
+"""
+
+
 @router.get(
     "/conversations/{conversation_id}/export",
     response_model=ConversationExport,
-    responses=errors(
+    responses={
+        200: {
+            "description": "`json`: the export document. `markdown`: seed 001's session markdown "
+            "(metadata, the last 10 messages, the summary).",
+            "content": {
+                "text/markdown": {"schema": {"type": "string"}, "example": MARKDOWN_EXPORT_EXAMPLE}
+            },
+        }
+    }
+    | errors(
         404,
         (
             413,
             "The conversation has more entries or memory rows than an import takes "
-            "(MEMORY_MAX_IMPORT_ENTRIES).",
+            "(MEMORY_MAX_IMPORT_ENTRIES; `json` only).",
             "the conversation has 60000 entries and 12 memory rows; an export holds at most 50000 of "
             "each (MEMORY_MAX_IMPORT_ENTRIES)",
         ),
@@ -322,11 +368,24 @@ async def get_stats(
     ),
 )
 async def export_conversation(
-    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+    conversation_id: ConversationIdPath,
+    service: ServiceDep,
+    tenant: TenantDep,
+    format: Annotated[
+        Literal["json", "markdown"],
+        Query(
+            description="`json`: the whole conversation as a document POST /conversations/import takes "
+            "back; `markdown`: seed 001's session markdown, for people."
+        ),
+    ] = "json",
 ) -> Response:
-    """The whole conversation as one JSON document (seed 003's exportSession): its policy and
-    metadata, every entry as posted with its round, type, tokens and time, and every memory row.
-    POST /conversations/import takes it back."""
+    """The whole conversation (archived ones too) as one JSON document (seed 003's exportSession):
+    its policy and metadata, every entry as posted with its round, type, tokens and time, and every
+    memory row; POST /conversations/import takes it back. Or, with `format=markdown`, as seed 001's
+    session markdown."""
+    if format == "markdown":
+        text = await service.export_markdown(tenant_id=tenant, conversation_id=conversation_id)
+        return Response(content=text, media_type="text/markdown; charset=utf-8")
     body = await service.export_conversation(tenant_id=tenant, conversation_id=conversation_id)
     return Response(content=body, media_type="application/json")
 

@@ -9,6 +9,9 @@ from fastapi import APIRouter, Path, Query, status
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep, TenantDep
 from app.api.responses import errors
 from app.schemas import (
+    CONVERSATION_ID_PATTERN,
+    ConversationOut,
+    ConversationsPageOut,
     FailedMemory,
     FailingConversation,
     GenerationStats,
@@ -33,6 +36,39 @@ async def get_memory_chain(
     """Memory history with its version chain (base_end_seq = the base memory's end)."""
     memories = await service.list_memories(tenant_id=tenant, conversation_id=conversation_id)
     return {"conversation_id": conversation_id, "memories": memories}
+
+
+@router.get("/conversations/archived", response_model=ConversationsPageOut, responses=errors(422, 503))
+async def list_archived_conversations(
+    service: ServiceDep,
+    tenant: TenantDep,
+    after: Annotated[str | None, Query(pattern=CONVERSATION_ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Archived conversations (no new message for MEMORY_ARCHIVE_AFTER_DAYS), ordered by id;
+    pass next_after as ``after`` for the next page."""
+    page = await service.list_conversations(
+        tenant_id=tenant, after=after, limit=limit, include_metadata=False, archived=True
+    )
+    return {
+        "conversations": page,
+        "next_after": page[-1]["conversation_id"] if len(page) == limit else None,
+    }
+
+
+@router.post(
+    "/conversations/{conversation_id}/restore",
+    response_model=ConversationOut,
+    responses=errors(
+        404, (409, "The conversation is not archived.", "conversation 'trip-42' is not archived"), 422, 503
+    ),
+)
+async def restore_conversation(
+    conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep
+) -> dict[str, Any]:
+    """Restore an archived conversation: it takes new messages again, and is archived again
+    only after MEMORY_ARCHIVE_AFTER_DAYS from now with no new message."""
+    return await service.restore_conversation(tenant_id=tenant, conversation_id=conversation_id)
 
 
 @router.get("/memories/stuck", response_model=list[StuckMemory], responses=errors(422, 503))

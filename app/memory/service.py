@@ -23,7 +23,7 @@ from app import logs, metrics
 from app.db import classify_db_error, describe_db_error, is_database_error
 from app.errors import Conflict, Invalid, NotFound, PayloadTooLarge
 from app.events import EventHub, wait_until
-from app.memory import formats, user_summary
+from app.memory import export, formats, user_summary
 from app.memory.breaker import CircuitBreaker
 from app.memory.llm import ChatModel, EmptySummaryError, LLMCallTimeoutError, LLMRequestError
 from app.memory.policies import (
@@ -77,6 +77,10 @@ SERVED_TENANTS = 10_000
 # How many conversations remember the request id of the round that made their summary due, for
 # the summary's log lines when it runs in this process (work claimed elsewhere is forgotten).
 DUE_REQUESTS = 10_000
+
+# Archiving: conversations per transaction, and transactions per maintenance tick.
+ARCHIVE_BATCH = 500
+ARCHIVE_BATCHES = 20
 
 # A conversation with no messages and no memory: where a new conversation's wake point comes from.
 EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None, newest=None)
@@ -181,6 +185,7 @@ class MemoryService:
         maintenance_interval: float,
         token_counter: TokenCounter,
         pgbouncer: bool = False,
+        archive_after_days: float = 30.0,
     ) -> None:
         self.engine = engine
         # The append is one statement, its own transaction: no BEGIN/COMMIT round trips. Behind
@@ -205,6 +210,7 @@ class MemoryService:
         # This process's LISTEN connection, for reads that wait (set by the HTTP app; a worker
         # has none).
         self.hub: EventHub | None = None
+        self.archive_after_days = archive_after_days
         # Tenants this runner gave a slot, least recent first, with when (a counter).
         self._served: dict[str, int] = {}
         self._turns = itertools.count()
@@ -992,6 +998,23 @@ class MemoryService:
             await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
             await events.expire(conn, older_than_hours=self.events_ttl_hours)
             await webhooks.expire(conn, older_than_hours=self.events_ttl_hours)
+        await self.archive_idle()
+
+    async def archive_idle(self) -> int:
+        """Seed 001's cleanup: archive conversations idle for MEMORY_ARCHIVE_AFTER_DAYS, a
+        batch per transaction (short row locks), at most ARCHIVE_BATCHES batches per tick."""
+        archived = 0
+        for _ in range(ARCHIVE_BATCHES):
+            async with self.engine.begin() as conn:
+                batch = await conversations.archive_idle(
+                    conn, older_than_days=self.archive_after_days, batch=ARCHIVE_BATCH
+                )
+            archived += len(batch)
+            if len(batch) < ARCHIVE_BATCH:
+                break
+        if archived:
+            logger.info("Archived %d conversations idle for %g days", archived, self.archive_after_days)
+        return archived
 
     async def drain(self) -> None:
         """Run until no work is due now and nothing runs here (tests, benchmarks, a worker's
@@ -1161,12 +1184,58 @@ class MemoryService:
         return found
 
     async def list_conversations(
-        self, *, tenant_id: str, after: str | None, limit: int, include_metadata: bool
+        self,
+        *,
+        tenant_id: str,
+        after: str | None,
+        limit: int,
+        include_metadata: bool,
+        archived: bool | None = False,
     ) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await conversations.list_page(
-                conn, tenant_id=tenant_id, after=after, limit=limit, include_metadata=include_metadata
+                conn,
+                tenant_id=tenant_id,
+                after=after,
+                limit=limit,
+                include_metadata=include_metadata,
+                archived=archived,
             )
+
+    async def export_markdown(self, *, tenant_id: str, conversation_id: str) -> str:
+        """Seed 001's session markdown of a conversation (archived ones included)."""
+        async with self.engine.connect() as conn:
+            found = await conversations.get(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+            if found is None:
+                raise NotFound(f"conversation {conversation_id!r} not found")
+            chain = await memory.chain(conn, conversation_id=conversation_id)
+            count = found["message_count"]
+            recent = await messages.between(
+                conn, conversation_id=conversation_id, start=max(0, count - export.SHORT_TERM), end=count - 1
+            )
+        shown = next((m for m in chain if m["shown"]), None)
+        return export.session_markdown(
+            export.Session(
+                conversation_id=conversation_id,
+                started_at=found["created_at"],
+                ended_at=found["ended_at"],
+                last_message_at=found["last_message_at"],
+                message_count=count,
+                summary_version=sum(1 for m in chain if m["status"] == "completed"),
+                summary=None if shown is None else shown["text"],
+                messages=recent,
+            )
+        )
+
+    async def restore_conversation(self, *, tenant_id: str | None, conversation_id: str) -> dict[str, Any]:
+        """Make an archived conversation writable again (its archive clock restarts)."""
+        async with self.engine.begin() as conn:
+            row = await conversations.restore(conn, conversation_id=conversation_id, tenant_id=tenant_id)
+        if row is None:
+            raise NotFound(f"conversation {conversation_id!r} not found")
+        if isinstance(row, str):
+            raise Conflict(f"conversation {conversation_id!r} is not archived")
+        return row
 
     async def delete_conversation(self, *, tenant_id: str, conversation_id: str) -> None:
         """Delete a conversation, recording ``conversation:deleted``; a summary still running for

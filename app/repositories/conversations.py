@@ -16,7 +16,7 @@ _COLUMNS_OF = """
     c.conversation_id, c.created_at, {metadata} AS metadata, c.memory_policy,
     c.next_sequence AS message_count, c.next_round AS round_count,
     (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS memory_count,
-    c.summary_failures, c.summary_retry_at, c.user_id, c.ended_at, c.archived_at
+    c.summary_failures, c.summary_retry_at, c.user_id, c.ended_at, c.archived_at, c.last_message_at
 """
 _COLUMNS = _COLUMNS_OF.format(metadata="c.metadata")
 # Listings leave metadata out unless asked for, so a page stays small.
@@ -202,14 +202,23 @@ async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str 
 
 
 async def list_page(
-    conn: AsyncConnection, *, tenant_id: str, after: str | None, limit: int, include_metadata: bool
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    after: str | None,
+    limit: int,
+    include_metadata: bool,
+    archived: bool | None = False,
 ) -> list[dict[str, Any]]:
-    """Keyset pagination by conversation_id (stable under concurrent inserts)."""
+    """Keyset pagination by conversation_id (stable under concurrent inserts); ``archived``:
+    only those not archived (False), only archived ones (True), or all (None)."""
+    which = {False: "c.archived_at IS NULL", True: "c.archived_at IS NOT NULL", None: "TRUE"}[archived]
     rows = await conn.execute(
         text(
             f"""
             SELECT {_LIST_COLUMNS} FROM conversations c
             WHERE tenant_id = :tenant_id AND (CAST(:after AS varchar) IS NULL OR conversation_id > :after)
+              AND {which}
             ORDER BY conversation_id
             LIMIT :limit
             """
@@ -217,6 +226,63 @@ async def list_page(
         {"tenant_id": tenant_id, "after": after, "limit": limit, "metadata": include_metadata},
     )
     return [dict(r._mapping) for r in rows]
+
+
+async def archive_idle(conn: AsyncConnection, *, older_than_days: float, batch: int) -> list[str]:
+    """Archive up to ``batch`` conversations with no new message for ``older_than_days``,
+    oldest first. Rows another transaction holds (a round being stored, another replica's batch)
+    are skipped, so replicas archive side by side without waiting or archiving one twice, and a
+    round racing the archive is either stored first (and the conversation is no longer idle) or
+    refused after."""
+    rows = await conn.execute(
+        text(
+            """
+            WITH picked AS (
+                SELECT conversation_id FROM conversations
+                WHERE archived_at IS NULL
+                  AND last_message_at < now() - make_interval(secs => CAST(:days AS double precision) * 86400)
+                ORDER BY last_message_at
+                LIMIT :batch
+                FOR NO KEY UPDATE SKIP LOCKED
+            )
+            UPDATE conversations c SET archived_at = now()
+            FROM picked
+            WHERE c.conversation_id = picked.conversation_id
+              AND c.last_message_at < now() - make_interval(secs => CAST(:days AS double precision) * 86400)
+            RETURNING c.conversation_id
+            """
+        ),
+        {"days": older_than_days, "batch": batch},
+    )
+    return [str(r.conversation_id) for r in rows]
+
+
+async def restore(
+    conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None
+) -> dict[str, Any] | str | None:
+    """Restore an archived conversation: writable again, and its archive clock restarts now.
+    None when the tenant has no such conversation; 'not_archived' when it is not archived."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH c AS (
+                    UPDATE conversations SET archived_at = NULL, last_message_at = now()
+                    WHERE conversation_id = :conversation_id AND {of_tenant("tenant_id", tenant_id)}
+                      AND archived_at IS NOT NULL
+                    RETURNING *
+                )
+                SELECT {_COLUMNS} FROM c
+                """
+            ),
+            {"conversation_id": conversation_id, "tenant_id": tenant_id},
+        )
+    ).one_or_none()
+    if row is not None:
+        return dict(row._mapping)
+    return (
+        "not_archived" if await exists(conn, conversation_id=conversation_id, tenant_id=tenant_id) else None
+    )
 
 
 async def failing(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:

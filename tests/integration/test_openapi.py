@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 import jsonschema_rs
 import pytest
+from sqlalchemy import text
 
 from app.api.examples import ROUNDS
 from app.memory.policies import POLICY_NAMES
@@ -351,6 +352,20 @@ CALLS = [
     Call("POST", "/conversations/{conversation_id}/compress", 422, path="/conversations/-x/compress"),
     Call("POST", "/conversations/{conversation_id}/end", 404, path="/conversations/nobody/end"),
     Call("POST", "/conversations/{conversation_id}/end", 422, path="/conversations/-x/end"),
+    Call("POST", "/conversations/{conversation_id}/end", 409, path="/conversations/shelved/end"),
+    Call(
+        "GET",
+        "/conversations/{conversation_id}/export",
+        404,
+        path="/conversations/nobody/export?format=markdown",
+    ),
+    Call("GET", "/conversations/{conversation_id}/export", 422, path="/conversations/demo/export?format=pdf"),
+    Call("GET", "/ops/conversations/archived", 422, path="/ops/conversations/archived?limit=0"),
+    Call(
+        "POST", "/ops/conversations/{conversation_id}/restore", 404, path="/ops/conversations/nobody/restore"
+    ),
+    Call("POST", "/ops/conversations/{conversation_id}/restore", 409),  # demo is not archived
+    Call("POST", "/ops/conversations/{conversation_id}/restore", 422, path="/ops/conversations/-x/restore"),
     Call("GET", "/users/{user_id}/context", 404, path="/users/nobody/context"),
     Call("GET", "/users/{user_id}/context", 422, path="/users/-x/context"),
     Call("GET", "/users/{user_id}/memories", 404, path="/users/nobody/memories"),
@@ -426,6 +441,18 @@ async def limited(make_app: AppFactory) -> AsyncIterator[App]:
         await api.client.post("/conversations/open/messages", json=waiting, headers=KEY)
     ).status_code == 201
     await api.idle()
+    # `shelved`: archived (idle past MEMORY_ARCHIVE_AFTER_DAYS, by a back-dated clock).
+    assert (
+        await api.client.post("/conversations", json={"conversation_id": "shelved"}, headers=KEY)
+    ).is_success
+    async with api.service.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE conversations SET last_message_at = now() - interval '31 days' "
+                "WHERE conversation_id = 'shelved'"
+            )
+        )
+    assert await api.service.archive_idle() == 1
 
     async def boom() -> None:
         raise RuntimeError("a bug")

@@ -134,3 +134,25 @@ async def test_the_previous_summary_is_served_while_the_next_is_built(
     # Each version is built on the one before it (ids skip the one the refused insert took).
     assert [base for _, base in newest_first] == [m for m, _ in newest_first[1:]] + [None]
     assert len(chain) >= 3
+
+
+async def test_user_summaries_whose_runner_died_are_claimed_again_then_reaped(
+    api: App, db: asyncpg.Connection
+) -> None:
+    """Leases as for conversation memory: a row left by a dead runner (lease expired, attempts
+    left) is claimed again and completed; one out of attempts is failed by the reaper."""
+    await create(api, "a")
+    await chat(api, "a", 2)
+    await db.execute("INSERT INTO users (tenant_id, user_id) VALUES ('default', 'ana'), ('default', 'bob')")
+    await db.execute(
+        "INSERT INTO user_memory (tenant_id, user_id, status, lease_expires_at, attempts) VALUES "
+        "('default', 'ana', 'processing', now() - interval '1 hour', 1), "
+        "('default', 'bob', 'processing', now() - interval '1 hour', $1)",
+        api.service.retries.max_attempts,
+    )
+    await api.service.maintain([])
+    assert await db.fetchval("SELECT status FROM user_memory WHERE user_id = 'bob'") == "failed"
+    await api.idle()
+    row = await db.fetchrow("SELECT status, attempts, sources FROM user_memory WHERE user_id = 'ana'")
+    assert (row["status"], row["attempts"]) == ("completed", 2)
+    assert '"conversation_id": "a"' in row["sources"]
