@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 import orjson
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import logs, metrics
@@ -81,6 +81,8 @@ DUE_REQUESTS = 10_000
 # Archiving: conversations per transaction, and transactions per maintenance tick.
 ARCHIVE_BATCH = 500
 ARCHIVE_BATCHES = 20
+# PostgreSQL's lock_not_available: a lock_timeout expired.
+LOCK_NOT_AVAILABLE = "55P03"
 
 # A conversation with no messages and no memory: where a new conversation's wake point comes from.
 EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None, newest=None)
@@ -973,14 +975,6 @@ class MemoryService:
                 await memory.renew_leases(conn, memory_ids=mine, lease_seconds=self.lease_seconds)
             if users_mine:
                 await users.renew_leases(conn, memory_ids=users_mine, lease_seconds=self.lease_seconds)
-            for row in await users.reap_expired(conn, max_attempts=self.retries.max_attempts):
-                logger.warning(
-                    "Reaped user memory %d of %s/%s: lease expired on all %d attempts",
-                    row["memory_id"],
-                    row["tenant_id"],
-                    row["user_id"],
-                    row["attempts"],
-                )
             for row in await memory.reap_expired(
                 conn, backoff=self.retries.backoff, max_attempts=self.retries.max_attempts
             ):
@@ -998,19 +992,50 @@ class MemoryService:
             await idempotency.expire(conn, older_than_hours=self.idempotency_ttl_hours)
             await events.expire(conn, older_than_hours=self.events_ttl_hours)
             await webhooks.expire(conn, older_than_hours=self.events_ttl_hours)
+        await self._give_way(self._reap_users, "reaping user summaries")
         await self.archive_idle()
+
+    async def _give_way(self, work: Callable[[], Awaitable[object]], what: str) -> bool:
+        """Run housekeeping that waits at most 100 ms for a lock (each statement runs with
+        lock_timeout): behind an operator's or a migration's table lock it gives way until the
+        next tick rather than hold a pooled connection a request may need. False if it gave way."""
+        try:
+            await work()
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            logger.info("%s waits for the next tick: a table it needs is locked", what.capitalize())
+            return False
+        return True
+
+    async def _reap_users(self) -> None:
+        async with self.engine.begin() as conn:
+            for row in await users.reap_expired(conn, max_attempts=self.retries.max_attempts):
+                logger.warning(
+                    "Reaped user memory %d of %s/%s: lease expired on all %d attempts",
+                    row["memory_id"],
+                    row["tenant_id"],
+                    row["user_id"],
+                    row["attempts"],
+                )
 
     async def archive_idle(self) -> int:
         """Seed 001's cleanup: archive conversations idle for MEMORY_ARCHIVE_AFTER_DAYS, a
         batch per transaction (short row locks), at most ARCHIVE_BATCHES batches per tick."""
         archived = 0
-        for _ in range(ARCHIVE_BATCHES):
+        found: list[str] = []
+
+        async def batch() -> None:
             async with self.engine.begin() as conn:
-                batch = await conversations.archive_idle(
+                found[:] = await conversations.archive_idle(
                     conn, older_than_days=self.archive_after_days, batch=ARCHIVE_BATCH
                 )
-            archived += len(batch)
-            if len(batch) < ARCHIVE_BATCH:
+
+        for _ in range(ARCHIVE_BATCHES):
+            if not await self._give_way(batch, "archiving"):
+                break
+            archived += len(found)
+            if len(found) < ARCHIVE_BATCH:
                 break
         if archived:
             logger.info("Archived %d conversations idle for %g days", archived, self.archive_after_days)

@@ -233,7 +233,10 @@ async def archive_idle(conn: AsyncConnection, *, older_than_days: float, batch: 
     oldest first. Rows another transaction holds (a round being stored, another replica's batch)
     are skipped, so replicas archive side by side without waiting or archiving one twice, and a
     round racing the archive is either stored first (and the conversation is no longer idle) or
-    refused after."""
+    refused after. Run in a transaction: it gives up on a lock after 100 ms (behind a
+    migration's or an operator's table lock, the next tick tries again) rather than hold a
+    pooled connection a request may need."""
+    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
     rows = await conn.execute(
         text(
             """

@@ -283,7 +283,9 @@ async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_se
 
 async def reap_expired(conn: AsyncConnection, *, max_attempts: int) -> list[dict[str, Any]]:
     """Fail rows whose lease expired on their last attempt (their runners died); the others are
-    claimed again. Safe from every replica at once."""
+    claimed again. Safe from every replica at once. Run in a transaction: it gives up on a lock
+    after 100 ms (the next tick tries again)."""
+    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
     rows = await conn.execute(
         text(
             """

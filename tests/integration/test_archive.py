@@ -102,3 +102,16 @@ async def test_session_markdown_after_an_ended_recursive_conversation(api: App) 
     assert short_term.startswith("Short-Term Messages (Last 10)\n**Message 15 (User):** Round 7 question.")
     assert short_term.rstrip().endswith("**Message 24 (Assistant):** Round 11 answer. Topic 11 explained.")
     assert summary.startswith("Medium-Term Summary\nSummary of messages #0-#23.")
+
+
+async def test_archiving_gives_up_on_a_locked_table_until_the_next_tick(
+    api: App, db: asyncpg.Connection
+) -> None:
+    """Behind an operator's (or a migration's) table lock, archiving waits 100 ms, not holding a
+    pooled connection a request may need, and archives on a later tick."""
+    await api.post_round("old", 0)
+    await age(db, "old", 31)
+    async with db.transaction():
+        await db.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
+        assert await api.service.archive_idle() == 0
+    assert await api.service.archive_idle() == 1
