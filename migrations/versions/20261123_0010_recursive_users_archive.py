@@ -14,8 +14,8 @@ conversations.
   a user's rows span conversations, so they would be distributed by user (tests/integration/
   test_schema_keys.py).
 
-Revision ID: 0011
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-23
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
