@@ -341,19 +341,19 @@ MARKDOWN_EXPORT_EXAMPLE = """# Session: 2026-04-01_100000
 ...
 """
 
+_EXPORT_OK: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "`json`: the export document. `markdown`: seed 001's session markdown "
+        "(metadata, the last 10 messages, the summary).",
+        "content": {"text/markdown": {"schema": {"type": "string"}, "example": MARKDOWN_EXPORT_EXAMPLE}},
+    }
+}
+
 
 @router.get(
     "/conversations/{conversation_id}/export",
     response_model=ConversationExport,
-    responses={
-        200: {
-            "description": "`json`: the export document. `markdown`: seed 001's session markdown "
-            "(metadata, the last 10 messages, the summary).",
-            "content": {
-                "text/markdown": {"schema": {"type": "string"}, "example": MARKDOWN_EXPORT_EXAMPLE}
-            },
-        }
-    }
+    responses=_EXPORT_OK
     | errors(
         404,
         (

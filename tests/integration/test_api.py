@@ -208,7 +208,13 @@ async def test_405_on_every_route_shape_lists_the_methods_it_serves(api: App) ->
     """Every path of the OpenAPI document, with every method it does not serve: a JSON 405 whose
     Allow lists exactly the methods the document gives for that path, with a body or without."""
     paths = (await api.client.get("/openapi.json")).json()["paths"]
-    ids = {"{conversation_id}": "c", "{memory_id}": "1", "{webhook_id}": "1", "{event_id}": "1", "{user_id}": "u"}
+    ids = {
+        "{conversation_id}": "c",
+        "{memory_id}": "1",
+        "{webhook_id}": "1",
+        "{event_id}": "1",
+        "{user_id}": "u",
+    }
     concrete = {path: re.sub(r"\{\w+\}", lambda found: ids[found.group()], path) for path in paths}
     # A path may match several templates (/conversations/import is also the conversation
     # "import"): Allow names the methods of all of them.

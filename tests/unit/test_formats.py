@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from app.memory.formats import CONTINUED, Unrenderable, to_anthropic, to_openai
 from app.memory.policies import MemoryPolicy
+from app.memory.policies.recursive_summary import RecursiveSummaryConfig, RecursiveSummaryPolicy
 from app.memory.policies.rolling_blocks import RollingBlocksConfig, RollingBlocksPolicy
 from app.memory.policies.sliding_window import SlidingWindowConfig, SlidingWindowPolicy
 from app.memory.policies.token_budget import TokenBudgetConfig, TokenBudgetPolicy
@@ -110,11 +111,17 @@ POLICIES: list[tuple[MemoryPolicy, int]] = [
         4,
     ),
 ]
+_RECURSIVE = RecursiveSummaryPolicy(
+    RecursiveSummaryConfig(short_term=4, update_every=3, target_min_tokens=10, target_max_tokens=20)
+)
+POLICIES.append((_RECURSIVE, _RECURSIVE.lookback_messages))
 
 
 @settings(max_examples=120, deadline=None)
 @given(
-    rounds=transcripts(), which=st.integers(0, 2), budget=st.none() | st.integers(min_value=10, max_value=200)
+    rounds=transcripts(),
+    which=st.integers(0, len(POLICIES) - 1),
+    budget=st.none() | st.integers(min_value=10, max_value=200),
 )
 def test_every_round_renders_valid_for_both_providers(
     rounds: list[list[tuple[tuple[str, ...], str | None]]], which: int, budget: int | None
