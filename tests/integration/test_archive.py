@@ -114,4 +114,7 @@ async def test_archiving_gives_up_on_a_locked_table_until_the_next_tick(
     async with db.transaction():
         await db.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
         assert await api.service.archive_idle() == 0
-    assert await api.service.archive_idle() == 1
+    # This call or the app's own maintenance tick (which may run first) archives it now.
+    await api.service.archive_idle()
+    archived = "SELECT archived_at IS NOT NULL FROM conversations WHERE conversation_id = 'old'"
+    assert await db.fetchval(archived)

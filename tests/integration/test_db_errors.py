@@ -57,14 +57,19 @@ def round_body(n: int, content: str | None = None) -> dict[str, Any]:
 # ---- max_connections: TooManyConnectionsError --------------------------------------------------
 
 
+# Enough for a request while the service's start-up work runs (its LISTEN connection, the first
+# maintenance tick, a webhook sender's look for deliveries): the first request must succeed.
+ROLE_CONNECTIONS = 5
+
+
 @pytest.fixture
 async def limited_role(plain_database_url: str) -> AsyncIterator[str]:
-    """A login role with CONNECTION LIMIT 3 and the service's rights on the test database.
-    (Superusers ignore connection limits, so the service must not connect as one here.)"""
+    """A login role with CONNECTION LIMIT ROLE_CONNECTIONS and the service's rights on the test
+    database. (Superusers ignore connection limits, so the service must not connect as one here.)"""
     role = f"memory_limited_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(plain_database_url)
     try:
-        await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 3')
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT {ROLE_CONNECTIONS}')
         await admin.execute(
             f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"'
         )
@@ -91,7 +96,7 @@ async def test_too_many_connections_is_a_503(
 
     # Someone else takes every connection the role may have: end the service's sessions (the
     # read pool may reconnect to keep its minimum, so repeat) and connect from here until all
-    # 3 are ours.
+    # ROLE_CONNECTIONS are ours.
     held: list[asyncpg.Connection] = []
 
     async def all_slots_taken() -> bool:
@@ -102,21 +107,25 @@ async def test_too_many_connections_is_a_503(
         )
         with contextlib.suppress(asyncpg.TooManyConnectionsError):
             held.append(await asyncpg.connect(_plain(url)))
-        return len(held) == 3
+        return len(held) == ROLE_CONNECTIONS
 
     try:
         await eventually(all_slots_taken, what="the test to hold all of the role's connections")
         caplog.set_level(logging.WARNING, logger="app")
         seen: dict[str, int] = {"/conversations/c/messages": 0, "/conversations/c/context": 0}
-        # The first use of a pooled connection finds it closed (a connection failure, also a
-        # 503); the pools then try to connect and PostgreSQL says "too many connections".
-        for _ in range(3):
+        # The first use of each pooled connection finds it closed (a connection failure, also a
+        # 503); once those are gone the pools try to connect and PostgreSQL says "too many
+        # connections". Every answer on the way is a 503.
+        for _ in range(20):
             assert_unavailable(await api.client.post("/conversations/c/messages", json=round_body(1)))
             assert_unavailable(await api.client.get("/conversations/c/context"))
-        for record in caplog.records:
             for path in seen:
-                if "TooManyConnectionsError" in record.getMessage() and path in record.getMessage():
-                    seen[path] += 1
+                seen[path] = sum(
+                    "TooManyConnectionsError" in r.getMessage() and path in r.getMessage()
+                    for r in caplog.records
+                )
+            if all(seen.values()):
+                break
         assert all(seen.values()), seen
     finally:
         for conn in held:
