@@ -952,6 +952,10 @@ class AdminFailingConversation(FailingConversation):
     tenant_id: str
 
 
+class AdminDeadDelivery(DeadDelivery):
+    tenant_id: str
+
+
 class AdminWindowRow(WindowRow):
     tenant_id: str
 

@@ -9,9 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep
+from app.api.webhooks import EventIdPath, WebhookIdPath
 from app.edge import ADMIN
 from app.errors import Unauthorized
 from app.schemas import (
+    AdminDeadDelivery,
     AdminFailedMemory,
     AdminFailingConversation,
     AdminRunnerStats,
@@ -21,6 +23,7 @@ from app.schemas import (
     GenerationStats,
     MemoriesOut,
     MemoryStarted,
+    RetriedDelivery,
 )
 
 
@@ -139,4 +142,36 @@ async def admin_runner_stats(service: ServiceDep) -> dict[str, Any]:
         "llm_circuit": breaker.state.value,
         "llm_consecutive_failures": breaker.consecutive_failures,
         "llm_circuit_retry_in_seconds": round(breaker.retry_in_seconds, 3),
+    }
+
+
+@router.get("/webhooks/dead", response_model=list[AdminDeadDelivery])
+async def admin_dead_deliveries(
+    service: ServiceDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> list[dict[str, Any]]:
+    """The newest dead webhook deliveries of every tenant."""
+    return await service.dead_deliveries(tenant_id=ALL, limit=limit)
+
+
+@router.post(
+    "/webhooks/{webhook_id}/deliveries/{conversation_id}/{event_id}/retry",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RetriedDelivery,
+    responses={409: {"model": ErrorOut, "description": "The delivery is not dead (pending or delivered)."}},
+)
+async def admin_retry_delivery(
+    webhook_id: WebhookIdPath,
+    conversation_id: ConversationIdPath,
+    event_id: EventIdPath,
+    service: ServiceDep,
+) -> dict[str, Any]:
+    """Send any tenant's dead delivery again, now, with a fresh set of attempts."""
+    await service.retry_delivery(
+        tenant_id=ALL, webhook_id=webhook_id, conversation_id=conversation_id, event_id=event_id
+    )
+    return {
+        "conversation_id": conversation_id,
+        "event_id": event_id,
+        "webhook_id": webhook_id,
+        "status": "pending",
     }

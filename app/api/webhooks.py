@@ -14,6 +14,7 @@ from app.schemas import DeadDelivery, RetriedDelivery, WebhookCreated, WebhookIn
 router = APIRouter(tags=["webhooks"])
 
 WebhookIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="The endpoint's id.")]
+EventIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="The event's id in its conversation.")]
 
 
 @router.post(
@@ -77,7 +78,7 @@ async def list_dead_deliveries(
 async def retry_delivery(
     webhook_id: WebhookIdPath,
     conversation_id: ConversationIdPath,
-    event_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    event_id: EventIdPath,
     service: ServiceDep,
     tenant: TenantDep,
 ) -> dict[str, Any]:

@@ -1438,12 +1438,12 @@ class MemoryService:
             if not await webhooks.delete(conn, tenant_id=tenant_id, webhook_id=webhook_id):
                 raise NotFound(f"webhook {webhook_id} not found")
 
-    async def dead_deliveries(self, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    async def dead_deliveries(self, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:
             return await webhooks.dead(conn, tenant_id=tenant_id, limit=limit)
 
     async def retry_delivery(
-        self, *, tenant_id: str, webhook_id: int, conversation_id: str, event_id: int
+        self, *, tenant_id: str | None, webhook_id: int, conversation_id: str, event_id: int
     ) -> None:
         """Make a dead delivery due again (404 when there is none, 409 when it is not dead)."""
         async with self.engine.begin() as conn:

@@ -186,17 +186,18 @@ async def failed(
     return bool(dead)
 
 
-async def dead(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dict[str, Any]]:
-    """The tenant's dead deliveries (the dead-letter view), newest first."""
+async def dead(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
+    """The tenant's dead deliveries (the dead-letter view), newest first; every tenant's when
+    ``tenant_id`` is None (the admin view)."""
     rows = await conn.execute(
         text(
             """
-            SELECT d.conversation_id, d.event_id, d.webhook_id, w.url, e.type, d.attempts, d.last_error,
-                   d.created_at
+            SELECT d.tenant_id, d.conversation_id, d.event_id, d.webhook_id, w.url, e.type, d.attempts,
+                   d.last_error, d.created_at
             FROM webhook_deliveries d
             JOIN webhooks w ON w.webhook_id = d.webhook_id
             LEFT JOIN events e ON e.conversation_id = d.conversation_id AND e.event_id = d.event_id
-            WHERE d.tenant_id = :tenant_id AND d.status = 'dead'
+            WHERE (CAST(:tenant_id AS varchar) IS NULL OR d.tenant_id = :tenant_id) AND d.status = 'dead'
             ORDER BY d.created_at DESC, d.conversation_id, d.event_id DESC
             LIMIT :limit
             """
@@ -207,19 +208,22 @@ async def dead(conn: AsyncConnection, *, tenant_id: str, limit: int) -> list[dic
 
 
 async def retry_dead(
-    conn: AsyncConnection, *, tenant_id: str, webhook_id: int, conversation_id: str, event_id: int
+    conn: AsyncConnection, *, tenant_id: str | None, webhook_id: int, conversation_id: str, event_id: int
 ) -> str | None:
     """Make a dead delivery due now, with its attempts reset. Returns its status before (so
-    'dead' means it was retried), or None when the tenant has no such delivery."""
+    'dead' means it was retried), or None when the tenant (any, when None) has no such delivery."""
     found = await conn.scalar(
         text(
             f"""
             WITH before AS (
-                SELECT status FROM webhook_deliveries WHERE {_KEY} AND tenant_id = :tenant_id FOR UPDATE
+                SELECT status FROM webhook_deliveries
+                WHERE {_KEY} AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)
+                FOR UPDATE
             ), retried AS (
                 UPDATE webhook_deliveries
                 SET status = 'pending', attempts = 0, next_attempt_at = now()
-                WHERE {_KEY} AND tenant_id = :tenant_id AND status = 'dead'
+                WHERE {_KEY} AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)
+                  AND status = 'dead'
             )
             SELECT status FROM before
             """

@@ -198,3 +198,57 @@ async def test_dead_letters_are_listed_and_retried(
 
 async def _is(found: Any, expected: Any) -> bool:
     return bool(await found == expected)
+
+
+async def test_the_admin_key_sees_and_retries_every_tenants_dead_letters(
+    make_app: AppFactory, receiver: Receiver, db: asyncpg.Connection
+) -> None:
+    keys = {"acme": "acme-key-0123456789", "beta": "beta-key-0123456789"}
+    admin = {"X-API-Key": "admin-key-0123456789"}
+    api = await make_app(
+        **FAST,
+        MEMORY_API_KEYS=",".join(f"{tenant}:{key}" for tenant, key in keys.items()),
+        MEMORY_ADMIN_KEY=admin["X-API-Key"],
+    )
+    receiver.failures, receiver.status = 12, 500
+    hooks = {}
+    for tenant, key in keys.items():
+        created = await api.client.post("/webhooks", json={"url": receiver.url}, headers={"X-API-Key": key})
+        assert created.status_code == 201, created.text
+        hooks[tenant] = created.json()["webhook_id"]
+        await api.post_round(f"{tenant}-1", 0, headers={"X-API-Key": key})
+
+    async def dead() -> bool:
+        return [s for _, _, s, _ in await statuses(db)] == ["dead"] * 4
+
+    await eventually(dead, what="dead deliveries")
+    letters = (await api.client.get("/admin/ops/webhooks/dead", headers=admin)).json()
+    assert sorted((d["tenant_id"], d["conversation_id"], d["event_id"]) for d in letters) == [
+        ("acme", "acme-1", 1),
+        ("acme", "acme-1", 2),
+        ("beta", "beta-1", 1),
+        ("beta", "beta-1", 2),
+    ]
+    # A tenant sees its own, without the tenant column; it cannot use the admin view.
+    own = (await api.client.get("/ops/webhooks/dead", headers={"X-API-Key": keys["acme"]})).json()
+    assert {d["conversation_id"] for d in own} == {"acme-1"} and "tenant_id" not in own[0]
+    refused = await api.client.get("/admin/ops/webhooks/dead", headers={"X-API-Key": keys["acme"]})
+    assert refused.status_code == 403
+    # The admin retries beta's first event; a tenant's key cannot retry another tenant's.
+    path = f"/webhooks/{hooks['beta']}/deliveries/beta-1/1/retry"
+    assert (await api.client.post(f"/ops{path}", headers={"X-API-Key": keys["acme"]})).status_code == 404
+    retried = await api.client.post(f"/admin/ops{path}", headers=admin)
+    assert retried.status_code == 202, retried.text
+    await eventually(
+        lambda: _is(
+            statuses(db),
+            [
+                ("acme-1", 1, "dead", 3),
+                ("acme-1", 2, "dead", 3),
+                ("beta-1", 1, "delivered", 1),
+                ("beta-1", 2, "dead", 3),
+            ],
+        ),
+        what="the retried delivery",
+    )
+    assert (await api.client.post(f"/admin/ops{path}", headers=admin)).status_code == 409
