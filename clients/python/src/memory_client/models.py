@@ -128,6 +128,12 @@ class ContextWindow(Model):
     used_percent: float
 
 
+class UserSummaryBrief(Model):
+    memory_id: int
+    text: str
+    completed_at: datetime
+
+
 class Context(Model):
     conversation_id: str
     policy: str
@@ -142,6 +148,9 @@ class Context(Model):
     tokens: ContextTokens
     context_window: ContextWindow | None
     memory_lag_messages: int
+    waited: bool | None = None
+    pending: bool | None = None
+    user_summary: UserSummaryBrief | None = None
 
 
 class Memory(Model):
@@ -185,6 +194,14 @@ class Conversation(Model):
     summary_failures: int
     summary_retry_at: datetime | None
     memory_count: int | None = None
+    user_id: str | None = None
+    ended_at: datetime | None = None
+    last_message_at: datetime | None = None
+    archived_at: datetime | None = None
+
+
+class EndConversation(Conversation):
+    final_summary: MemoryStarted | None
 
 
 class ConversationsPage(Model):
@@ -329,3 +346,81 @@ class AnthropicContext(Model):
 
     system: str | None = None
     messages: list[dict[str, Any]]
+
+
+class UserSummary(Model):
+    memory_id: int
+    status: str
+    text: str
+    base_memory_id: int | None
+    sources: list[dict[str, Any]]
+    created_at: datetime
+    completed_at: datetime | None
+    generation_time_ms: int | None
+    attempts: int
+    error: str | None
+    tokens: int
+
+
+class UserProcessing(Model):
+    memory_id: int
+    base_memory_id: int | None
+    created_at: datetime
+
+
+class UserFreshness(Model):
+    fresh: bool
+    behind: str | None
+
+
+class UserContext(Model):
+    user_id: str
+    summary: UserSummary | None
+    processing: UserProcessing | None
+    freshness: UserFreshness
+
+
+class UserMemories(Model):
+    user_id: str
+    memories: list[UserSummary]
+
+
+class Webhook(Model):
+    webhook_id: int
+    url: str
+    created_at: datetime
+
+
+class WebhookCreated(Webhook):
+    """The signing secret is in this answer only."""
+
+    secret: str
+
+
+class DeadDelivery(Model):
+    conversation_id: str
+    event_id: int
+    webhook_id: int
+    url: str
+    type: str | None
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+
+
+class RetriedDelivery(Model):
+    conversation_id: str
+    event_id: int
+    webhook_id: int
+    status: str
+
+
+class Event(Model):
+    """One event of ``GET /conversations/{id}/events`` (its ``data`` line): ``type`` is
+    ``entry:added``, ``summary:started``, ``summary:completed``, ... and ``data`` what it reports.
+    The stream is text/event-stream, so the OpenAPI document has no schema for it."""
+
+    event_id: int
+    type: str
+    created_at: datetime
+    data: dict[str, Any]
