@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from memory_client import models
 from memory_client._version import __version__
-from memory_client.async_client import AsyncClient
-from memory_client.client import Client
+from memory_client.async_client import AsyncClient, AsyncEventStream
+from memory_client.client import Client, EventStream
 from memory_client.errors import (
     AuthenticationError,
     ConflictError,
@@ -22,9 +22,11 @@ from memory_client.errors import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncEventStream",
     "AuthenticationError",
     "Client",
     "ConflictError",
+    "EventStream",
     "InvalidRequestError",
     "MemoryServiceError",
     "NotFoundError",

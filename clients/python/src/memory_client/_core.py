@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
@@ -26,6 +26,7 @@ T = TypeVar("T")
 
 Json = Mapping[str, Any]
 TextFormat = Literal["text", "markdown"]
+ExportFormat = Literal["json", "markdown"]
 
 # The service answers 503 when it refused a request whole (the database is unavailable): any call
 # may be sent again. A gateway's 502 and 504 may come after the service did the work, so only a
@@ -50,6 +51,16 @@ class Call(Generic[T]):
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     replayable: bool = False
+    # Seconds the service may hold the answer on purpose (?wait_for_pending), added to the read
+    # timeout so that a wait it was asked for does not time out.
+    waits: float = 0.0
+
+    def timeout(self, base: httpx.Timeout) -> httpx.Timeout:
+        if not self.waits or base.read is None:
+            return base
+        return httpx.Timeout(
+            connect=base.connect, read=base.read + self.waits, write=base.write, pool=base.pool
+        )
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,33 @@ def _text(response: httpx.Response) -> str:
     return response.text
 
 
+class EventParser:
+    """Reads a text/event-stream line by line: ``feed`` returns the event a blank line completes.
+
+    The service puts the whole event (its id and type too) on one ``data`` line, so the ``id`` and
+    ``event`` fields are not needed; they, ``retry`` and comments (``: keepalive``) are skipped."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> models.Event | None:
+        if not line:
+            if not self._data:
+                return None
+            data, self._data = "\n".join(self._data), []
+            return models.Event.model_validate_json(data)
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if name == "data":
+            self._data.append(value.removeprefix(" "))
+        return None
+
+
+def _events(response: httpx.Response) -> EventParser:
+    return EventParser()
+
+
 def _appended(response: httpx.Response) -> models.AppendMessages:
     result = models.AppendMessages.model_validate_json(response.content)
     result.replayed = response.headers.get("idempotent-replayed") == "true"
@@ -164,24 +202,46 @@ def list_messages(
 
 
 def create_conversation(
-    conversation_id: str, *, memory_policy: Json | None = None, metadata: Json | None = None
+    conversation_id: str,
+    *,
+    memory_policy: Json | None = None,
+    metadata: Json | None = None,
+    user_id: str | None = None,
 ) -> Call[models.Conversation]:
     body: dict[str, Any] = {"conversation_id": conversation_id}
     if memory_policy is not None:
         body["memory_policy"] = dict(memory_policy)
     if metadata is not None:
         body["metadata"] = dict(metadata)
+    if user_id is not None:
+        body["user_id"] = user_id
     return Call("POST", "/conversations", _model(models.Conversation), json=body)
 
 
 def list_conversations(
-    *, after: str | None = None, limit: int | None = None, include_metadata: bool | None = None
+    *,
+    after: str | None = None,
+    limit: int | None = None,
+    include_metadata: bool | None = None,
+    include_archived: bool | None = None,
 ) -> Call[models.ConversationsPage]:
     return Call(
         "GET",
         "/conversations",
         _model(models.ConversationsPage),
-        params=_query(after=after, limit=limit, include_metadata=include_metadata),
+        params=_query(
+            after=after, limit=limit, include_metadata=include_metadata, include_archived=include_archived
+        ),
+        replayable=True,
+    )
+
+
+def end_conversation(conversation_id: str) -> Call[models.EndConversation]:
+    # Ending it again changes nothing (the second answer has no final_summary): safe to replay.
+    return Call(
+        "POST",
+        f"/conversations/{_id(conversation_id)}/end",
+        _model(models.EndConversation),
         replayable=True,
     )
 
@@ -214,9 +274,25 @@ def get_stats(conversation_id: str) -> Call[models.Stats]:
     return _read(f"/conversations/{_id(conversation_id)}/stats", models.Stats)
 
 
-def export_conversation(conversation_id: str) -> Call[dict[str, Any]]:
-    """The export document as the service wrote it, to give back to ``import_conversation``."""
-    return _read(f"/conversations/{_id(conversation_id)}/export", dict[str, Any])
+@overload
+def export_conversation(
+    conversation_id: str, *, format: Literal["json"] = "json"
+) -> Call[dict[str, Any]]: ...
+
+
+@overload
+def export_conversation(conversation_id: str, *, format: Literal["markdown"]) -> Call[str]: ...
+
+
+def export_conversation(
+    conversation_id: str, *, format: ExportFormat = "json"
+) -> Call[dict[str, Any]] | Call[str]:
+    """``json``: the export document as the service wrote it, to give back to
+    ``import_conversation``; ``markdown``: the session as text."""
+    path = f"/conversations/{_id(conversation_id)}/export"
+    if format == "markdown":
+        return Call("GET", path, _text, params={"format": format}, replayable=True)
+    return _read(path, dict[str, Any], format=format)
 
 
 def import_conversation(document: Json, *, conversation_id: str | None = None) -> Call[models.Imported]:
@@ -243,14 +319,20 @@ def _context_params(format: str, max_tokens: int | None, context_window: int | N
 
 
 def get_context(
-    conversation_id: str, *, max_tokens: int | None = None, context_window: int | None = None
+    conversation_id: str,
+    *,
+    max_tokens: int | None = None,
+    context_window: int | None = None,
+    wait_for_pending: float | None = None,
 ) -> Call[models.Context]:
     return Call(
         "GET",
         f"/conversations/{_id(conversation_id)}/context",
         _model(models.Context),
-        params=_context_params("json", max_tokens, context_window),
+        params=_context_params("json", max_tokens, context_window)
+        | _query(wait_for_pending=wait_for_pending),
         replayable=True,
+        waits=wait_for_pending or 0.0,
     )
 
 
@@ -294,6 +376,48 @@ def list_memories(conversation_id: str) -> Call[models.Memories]:
     )
 
 
+# ---- Events ----
+
+
+def stream_events(conversation_id: str, *, after: int | None = None) -> Call[EventParser]:
+    """The stream's request; its answer stays open and is read line by line with the parser."""
+    return Call(
+        "GET",
+        f"/conversations/{_id(conversation_id)}/events",
+        _events,
+        headers={} if after is None else {"Last-Event-ID": str(after)},
+        replayable=True,
+    )
+
+
+# ---- Users ----
+
+
+def get_user_context(user_id: str) -> Call[models.UserContext]:
+    return _read(f"/users/{_id(user_id)}/context", models.UserContext)
+
+
+def list_user_memories(user_id: str) -> Call[models.UserMemories]:
+    return _read(f"/users/{_id(user_id)}/memories", models.UserMemories)
+
+
+# ---- Webhooks ----
+
+
+def create_webhook(url: str) -> Call[models.WebhookCreated]:
+    # Not replayed after a lost answer: the retry would make a second endpoint.
+    return Call("POST", "/webhooks", _model(models.WebhookCreated), json={"url": url})
+
+
+def list_webhooks() -> Call[list[models.Webhook]]:
+    return _read("/webhooks", list[models.Webhook])
+
+
+def delete_webhook(webhook_id: int) -> Call[None]:
+    # Not replayed after a lost answer: the retry of a delete that went through is a 404.
+    return Call("DELETE", f"/webhooks/{_id(webhook_id)}", _none)
+
+
 # ---- Operations (/ops: the caller's tenant; /admin/ops: every tenant, with the admin key) ----
 
 
@@ -307,6 +431,17 @@ def _start(path: str) -> Call[models.MemoryStarted]:
 
 def get_memory_chain(conversation_id: str) -> Call[models.Memories]:
     return _read(f"/ops/conversations/{_id(conversation_id)}/memory-chain", models.Memories)
+
+
+def list_archived_conversations(
+    *, after: str | None = None, limit: int | None = None
+) -> Call[models.ConversationsPage]:
+    return _read("/ops/conversations/archived", models.ConversationsPage, after=after, limit=limit)
+
+
+def restore_conversation(conversation_id: str) -> Call[models.Conversation]:
+    # Not replayed after a lost answer: the retry of a restore that went through is a 409.
+    return Call("POST", f"/ops/conversations/{_id(conversation_id)}/restore", _model(models.Conversation))
 
 
 def list_stuck_memories(*, older_than_seconds: float | None = None) -> Call[list[models.StuckMemory]]:
@@ -339,6 +474,19 @@ def summarize_now(conversation_id: str) -> Call[models.MemoryStarted]:
 
 def get_runner_stats() -> Call[models.RunnerStats]:
     return _read("/ops/runner", models.RunnerStats)
+
+
+def list_dead_deliveries(*, limit: int | None = None) -> Call[list[models.DeadDelivery]]:
+    return _read("/ops/webhooks/dead", list[models.DeadDelivery], limit=limit)
+
+
+def retry_delivery(webhook_id: int, conversation_id: str, event_id: int) -> Call[models.RetriedDelivery]:
+    # Not replayed after a lost answer: the retry of one that went through is a 409 (not dead).
+    return Call(
+        "POST",
+        f"/ops/webhooks/{_id(webhook_id)}/deliveries/{_id(conversation_id)}/{_id(event_id)}/retry",
+        _model(models.RetriedDelivery),
+    )
 
 
 def admin_memory_chain(conversation_id: str) -> Call[models.Memories]:
