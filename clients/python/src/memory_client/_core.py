@@ -527,6 +527,21 @@ def admin_runner_stats() -> Call[models.AdminRunnerStats]:
     return _read("/admin/ops/runner", models.AdminRunnerStats)
 
 
+def admin_dead_deliveries(*, limit: int | None = None) -> Call[list[models.AdminDeadDelivery]]:
+    return _read("/admin/ops/webhooks/dead", list[models.AdminDeadDelivery], limit=limit)
+
+
+def admin_retry_delivery(
+    webhook_id: int, conversation_id: str, event_id: int
+) -> Call[models.RetriedDelivery]:
+    # Not replayed after a lost answer, as retry_delivery.
+    return Call(
+        "POST",
+        f"/admin/ops/webhooks/{_id(webhook_id)}/deliveries/{_id(conversation_id)}/{_id(event_id)}/retry",
+        _model(models.RetriedDelivery),
+    )
+
+
 # ---- Health ----
 
 

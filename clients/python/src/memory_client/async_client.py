@@ -371,6 +371,16 @@ class AsyncClient:
         """Admin key: the runner and the work per tenant."""
         return await self._send(_core.admin_runner_stats())
 
+    async def admin_dead_deliveries(self, *, limit: int | None = None) -> list[models.AdminDeadDelivery]:
+        """Admin key: dead webhook deliveries of every tenant."""
+        return await self._send(_core.admin_dead_deliveries(limit=limit))
+
+    async def admin_retry_delivery(
+        self, webhook_id: int, conversation_id: str, event_id: int
+    ) -> models.RetriedDelivery:
+        """Admin key: send any tenant's dead delivery again."""
+        return await self._send(_core.admin_retry_delivery(webhook_id, conversation_id, event_id))
+
     async def healthz(self) -> models.Health:
         """The process is up."""
         return await self._send(_core.healthz())

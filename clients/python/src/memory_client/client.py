@@ -362,6 +362,16 @@ class Client:
         """Admin key: the runner and the work per tenant."""
         return self._send(_core.admin_runner_stats())
 
+    def admin_dead_deliveries(self, *, limit: int | None = None) -> list[models.AdminDeadDelivery]:
+        """Admin key: dead webhook deliveries of every tenant."""
+        return self._send(_core.admin_dead_deliveries(limit=limit))
+
+    def admin_retry_delivery(
+        self, webhook_id: int, conversation_id: str, event_id: int
+    ) -> models.RetriedDelivery:
+        """Admin key: send any tenant's dead delivery again."""
+        return self._send(_core.admin_retry_delivery(webhook_id, conversation_id, event_id))
+
     def healthz(self) -> models.Health:
         """The process is up."""
         return self._send(_core.healthz())

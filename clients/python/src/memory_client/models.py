@@ -408,6 +408,10 @@ class DeadDelivery(Model):
     created_at: datetime
 
 
+class AdminDeadDelivery(DeadDelivery):
+    tenant_id: str
+
+
 class RetriedDelivery(Model):
     conversation_id: str
     event_id: int
