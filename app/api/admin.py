@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
+from app.api import webhooks
 from app.api.deps import ConversationIdPath, ServiceDep, SettingsDep
 from app.api.webhooks import EventIdPath, WebhookIdPath
 from app.edge import ADMIN
@@ -166,12 +167,6 @@ async def admin_retry_delivery(
     service: ServiceDep,
 ) -> dict[str, Any]:
     """Send any tenant's dead delivery again, now, with a fresh set of attempts."""
-    await service.retry_delivery(
-        tenant_id=ALL, webhook_id=webhook_id, conversation_id=conversation_id, event_id=event_id
+    return await webhooks.retry(
+        service, ALL, webhook_id=webhook_id, conversation_id=conversation_id, event_id=event_id
     )
-    return {
-        "conversation_id": conversation_id,
-        "event_id": event_id,
-        "webhook_id": webhook_id,
-        "status": "pending",
-    }

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api.deps import ConversationIdPath, ServiceDep, TenantDep
 from app.api.responses import errors
+from app.memory.service import MemoryService
 from app.repositories.webhooks import MAX_PER_TENANT
 from app.schemas import DeadDelivery, RetriedDelivery, WebhookCreated, WebhookIn, WebhookOut
 
@@ -83,6 +84,15 @@ async def retry_delivery(
     tenant: TenantDep,
 ) -> dict[str, Any]:
     """Send a dead delivery again, now, with a fresh set of attempts."""
+    return await retry(
+        service, tenant, webhook_id=webhook_id, conversation_id=conversation_id, event_id=event_id
+    )
+
+
+async def retry(
+    service: MemoryService, tenant: str | None, *, webhook_id: int, conversation_id: str, event_id: int
+) -> dict[str, Any]:
+    """Retry a dead delivery of the tenant (any, when None: the admin view); its RetriedDelivery."""
     await service.retry_delivery(
         tenant_id=tenant, webhook_id=webhook_id, conversation_id=conversation_id, event_id=event_id
     )

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repositories.memory import Backoff, retry_delay_sql
+from app.repositories.work import claim_rows_sql
 
 USER_MEMORY_COLUMNS = (
     "tenant_id, user_id, memory_id, memory_text AS text, sources, base_memory_id, status, created_at, "
@@ -88,17 +89,7 @@ async def claim_rows(
 ) -> set[int]:
     """Own queued or abandoned rows (app.repositories.work.claim_rows, for user_memory)."""
     rows = await conn.execute(
-        text(
-            f"""
-            UPDATE user_memory
-            SET lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1
-            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
-              AND (lease_expires_at IS NULL
-                   OR (attempts < :max_attempts
-                       AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
-            RETURNING memory_id
-            """
-        ),
+        text(claim_rows_sql("user_memory")),
         {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
     )
     return {int(r.memory_id) for r in rows}

@@ -102,23 +102,27 @@ async def candidates(
     ]
 
 
+def claim_rows_sql(table: str) -> str:
+    """The claim of queued or abandoned 'processing' rows of ``table`` (memory, user_memory: the
+    same columns): set their leases and count the attempts, in one statement."""
+    return f"""
+        UPDATE {table}
+        SET lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1
+        WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
+          AND (lease_expires_at IS NULL
+               OR (attempts < :max_attempts
+                   AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
+        RETURNING memory_id
+    """
+
+
 async def claim_rows(
     conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
 ) -> set[int]:
-    """Own queued or abandoned 'processing' rows: set their leases and count the attempts, in
-    one statement. Returns the ids this runner got (another may have taken some first)."""
+    """Own queued or abandoned 'processing' memory rows. Returns the ids this runner got
+    (another may have taken some first)."""
     rows = await conn.execute(
-        text(
-            f"""
-            UPDATE memory
-            SET lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1
-            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
-              AND (lease_expires_at IS NULL
-                   OR (attempts < :max_attempts
-                       AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
-            RETURNING memory_id
-            """
-        ),
+        text(claim_rows_sql("memory")),
         {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
     )
     return {int(r.memory_id) for r in rows}
