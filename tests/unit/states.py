@@ -26,15 +26,18 @@ def state(
     newest: MemoryRef | None = None,
 ) -> ConversationState:
     """The state after every round of ``sizes`` was stored, with the round starts a policy of
-    that lookback is given (the repository's round_starts)."""
+    that lookback is given (as the repository's round_starts: those within the last ``lookback``
+    messages and the last one before them)."""
     last_sequence = sum(sizes) - 1
     lowest = last_sequence - lookback + 1
+    starts = round_starts(sizes)
+    floor = max((s for _, s in starts if s <= lowest), default=0)
     return ConversationState(
         last_sequence=last_sequence,
         last_round=len(sizes) - 1,
         latest_completed=latest,
         newest=newest if newest is not None else latest,
-        round_starts=tuple((r, s) for r, s in round_starts(sizes) if lookback and s >= lowest),
+        round_starts=tuple((r, s) for r, s in starts if lookback and s >= floor),
     )
 
 
