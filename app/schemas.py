@@ -742,6 +742,10 @@ class ExportedConversation(RequestBody):
     created_at: Timestamp
     memory_policy: PolicyConfig = Field(description="The resolved policy: its name and every parameter.")
     metadata: dict[MetadataKey, MetadataValue]
+    user_id: str | None = Field(default=None, pattern=USER_ID_PATTERN, description="The user it belongs to.")
+    ended_at: Timestamp | None = Field(
+        default=None, description="When it was ended (POST .../end): imported read-only, as it was."
+    )
 
 
 class ExportedEntry(MessageIn):

@@ -20,7 +20,6 @@ from sqlalchemy.engine import make_url
 from app.db import migrate
 from app.settings import normalize_database_url
 
-
 # Property tests draw the same examples on every run, so the suite passes or fails the same way
 # each time; HYPOTHESIS_PROFILE=explore draws new ones (and keeps what fails in .hypothesis/).
 settings.register_profile("deterministic", derandomize=True, database=None)

@@ -60,7 +60,8 @@ async def stream_events(
 ) -> StreamingResponse:
     """The conversation's events, oldest first, each once and in order, then each new one as it
     is committed (on any replica): `entry:added`, `summary:started`, `summary:completed`,
-    `compressed`, `summary:failed`, `session:cleared`, `conversation:deleted`. Resumable: pass the
+    `compressed`, `summary:failed`, `session:cleared`, `conversation:deleted`,
+    `conversation:imported`. Resumable: pass the
     last id seen as `Last-Event-ID` (or `?after=`; the header wins). Events are kept
     MEMORY_EVENTS_TTL_HOURS. A conversation not written yet streams nothing until it is."""
     hub: EventHub = request.app.state.hub

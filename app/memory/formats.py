@@ -21,7 +21,10 @@ from typing import Any
 
 # Anthropic's Messages API needs a user message first: when history starts with the assistant
 # (its earlier turns are in the summaries), this stands in front of it.
+# The user turn that opens an Anthropic history starting with the assistant: it points at the
+# system prompt only when there is one.
 CONTINUED = "(The conversation so far is summarized in the system prompt.)"
+RESUMED = "(The conversation continues from here.)"
 
 
 class Unrenderable(ValueError):
@@ -175,7 +178,8 @@ def to_anthropic(context: Mapping[str, Any]) -> dict[str, Any]:
         else:
             add("user", _blocks(message["content"]))
     if turns and turns[0]["role"] != "user":
-        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
+        opening = CONTINUED if system_parts else RESUMED
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": opening}]})
     for turn in turns:  # tool results open their user message, as the API requires
         turn["content"].sort(key=lambda block: block["type"] != "tool_result")
     payload: dict[str, Any] = {"messages": turns}

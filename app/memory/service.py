@@ -1339,6 +1339,8 @@ class MemoryService:
                     metadata=document.conversation.metadata,
                     memory_policy=policy_dump(policy.config),
                     context=policy.context,
+                    user_id=document.conversation.user_id,
+                    ended_at=document.conversation.ended_at,
                 ),
                 plan=plan,
             )
@@ -1363,7 +1365,16 @@ class MemoryService:
                     await transfer.mark_due(conn, conversation_id=target)
                 else:
                     await work.settle(conn, conversation_id=target, wake=policy.wake(state))
-        if due:
+            if document.conversation.user_id is not None:
+                # The user's cross-conversation summary takes the imported conversation in.
+                await users.mark_due(conn, tenant_id=tenant_id, user_id=document.conversation.user_id)
+            await events.record(
+                conn,
+                conversation_id=target,
+                type=events.CONVERSATION_IMPORTED,
+                data={"entries": plan.next_sequence, "memories": len(kept)},
+            )
+        if due or document.conversation.user_id is not None:
             self.runner.poke()
         return {
             "conversation_id": target,

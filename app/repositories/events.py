@@ -13,7 +13,8 @@ every writer locks and re-reads at its latest version, so a writer that commits 
 set always sees it.
 
 Event types follow seed 003's names: ``entry:added``, ``compressed``, ``session:cleared``, plus
-``summary:started``, ``summary:completed``, ``summary:failed`` and ``conversation:deleted``.
+``summary:started``, ``summary:completed``, ``summary:failed``, ``conversation:deleted`` and
+``conversation:imported``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SUMMARY_STARTED = "summary:started"
 SUMMARY_COMPLETED = "summary:completed"
 SUMMARY_FAILED = "summary:failed"
 CONVERSATION_DELETED = "conversation:deleted"
+CONVERSATION_IMPORTED = "conversation:imported"
 TYPES = (
     ENTRY_ADDED,
     COMPRESSED,
@@ -41,6 +43,7 @@ TYPES = (
     SUMMARY_COMPLETED,
     SUMMARY_FAILED,
     CONVERSATION_DELETED,
+    CONVERSATION_IMPORTED,
 )
 
 # RETURNING columns of an UPDATE (or DELETE) of conversations ``c`` that reserves ``count``

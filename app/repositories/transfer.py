@@ -31,7 +31,7 @@ def _ts(column: str) -> str:
 _EXPORT = text(
     f"""
     WITH conv AS (
-        SELECT conversation_id, created_at, memory_policy, metadata FROM conversations
+        SELECT conversation_id, created_at, memory_policy, metadata, user_id, ended_at FROM conversations
         WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id
     )
     SELECT json_build_object(
@@ -39,7 +39,8 @@ _EXPORT = text(
         'version', CAST(:version AS int),
         'conversation', json_build_object(
             'conversation_id', conv.conversation_id, 'created_at', {_ts("conv.created_at")},
-            'memory_policy', conv.memory_policy, 'metadata', conv.metadata),
+            'memory_policy', conv.memory_policy, 'metadata', conv.metadata, 'user_id', conv.user_id,
+            'ended_at', {_ts("conv.ended_at")}),
         'entries', coalesce((
             SELECT json_agg(json_build_object(
                 'sequence', m.sequence, 'round', m.round, 'type', m.kind, 'role', m.role,
@@ -104,6 +105,8 @@ class NewConversation:
     metadata: dict[str, Any]
     memory_policy: dict[str, Any]
     context: ContextSpec
+    user_id: str | None
+    ended_at: datetime | None
 
 
 async def insert_conversation(
@@ -117,10 +120,12 @@ async def insert_conversation(
             text(
                 """
                 INSERT INTO conversations (conversation_id, tenant_id, created_at, metadata, memory_policy,
-                                           context_summaries, context_recent_rounds, next_sequence,
+                                           context_summaries, context_recent_rounds,
+                                           context_max_summary_tokens, user_id, ended_at, next_sequence,
                                            next_round, next_tokens, open_tool_calls, last_event_id)
                 VALUES (:conversation_id, :tenant_id, :created_at, CAST(:metadata AS jsonb),
                         CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
+                        CAST(:context_max_summary_tokens AS integer), :user_id, :ended_at,
                         :next_sequence, :next_round, :next_tokens, :open_tool_calls,
                         -- Imported under the id of a deleted one: its events go on after the old ones.
                         (SELECT coalesce(max(event_id), 0) FROM events
@@ -138,6 +143,9 @@ async def insert_conversation(
                 "memory_policy": _json(new.memory_policy),
                 "context_summaries": new.context.summaries,
                 "context_recent_rounds": new.context.recent_rounds,
+                "context_max_summary_tokens": new.context.max_summary_tokens,
+                "user_id": new.user_id,
+                "ended_at": new.ended_at,
                 "next_sequence": plan.next_sequence,
                 "next_round": plan.next_round,
                 "next_tokens": plan.next_tokens,

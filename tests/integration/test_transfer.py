@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 from sqlalchemy import text
 
@@ -27,6 +28,14 @@ POLICIES: dict[str, dict[str, Any]] = {
         "max_entries": 6,
         "recent_window": 2,
         "min_entries_to_compress": 2,
+    },
+    "recursive_summary": {
+        "name": "recursive_summary",
+        "short_term": 4,
+        "update_every": 3,
+        "max_summary_tokens": 5000,
+        "target_min_tokens": 10,
+        "target_max_tokens": 40,
     },
 }
 
@@ -159,6 +168,44 @@ async def test_export_import_export_is_the_same_document(api: App, llm: FakeLLM,
     after = [shape(await export(api, cid)) for cid in ("original", "copy")]
     assert after[0] == after[1]
     assert len(after[0]["memories"]) > len(first["memories"])
+
+
+async def test_an_ended_conversation_of_a_user_imports_ended_and_of_that_user(
+    api: App, db: asyncpg.Connection
+) -> None:
+    created = await api.client.post(
+        "/conversations",
+        json={"conversation_id": "s1", "memory_policy": POLICIES["recursive_summary"], "user_id": "ana"},
+    )
+    assert created.status_code == 201, created.text
+    for n in range(6):
+        await post_round(api, "s1", n)
+        await api.idle()
+    assert (await api.client.post("/conversations/s1/end")).status_code == 200
+    await api.idle()
+    first = await export(api, "s1")
+    assert first["conversation"]["user_id"] == "ana" and first["conversation"]["ended_at"] is not None
+
+    await import_doc(api, first, "s1-copy")
+    second = await export(api, "s1-copy")
+    assert without_ids(second) == without_ids(first)
+    refused = await api.client.post("/conversations/s1-copy/messages", json={"messages": round_messages(9)})
+    assert refused.status_code == 409 and "ended" in refused.json()["detail"]
+    caps = await db.fetch(
+        "SELECT conversation_id, context_max_summary_tokens FROM conversations ORDER BY conversation_id"
+    )
+    assert [tuple(r) for r in caps] == [("s1", 5000), ("s1-copy", 5000)]
+    imported = await db.fetch(
+        "SELECT type, data::text AS data FROM events WHERE conversation_id = 's1-copy' ORDER BY event_id"
+    )
+    assert [(r["type"], orjson.loads(r["data"])) for r in imported] == [
+        ("conversation:imported", {"entries": len(first["entries"]), "memories": len(first["memories"])})
+    ]
+    # The user's cross-conversation summary takes the copy in.
+    await api.idle()
+    user = (await api.client.get("/users/ana/context")).json()
+    sources = {s["conversation_id"] for s in user["summary"]["sources"]}
+    assert sources == {"s1", "s1-copy"}
 
 
 async def test_a_summary_in_flight_is_not_imported_and_is_planned_again(

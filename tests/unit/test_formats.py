@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
-from app.memory.formats import CONTINUED, Unrenderable, to_anthropic, to_openai
+from app.memory.formats import CONTINUED, RESUMED, Unrenderable, to_anthropic, to_openai
 from app.memory.policies import MemoryPolicy
 from app.memory.policies.recursive_summary import RecursiveSummaryConfig, RecursiveSummaryPolicy
 from app.memory.policies.rolling_blocks import RollingBlocksConfig, RollingBlocksPolicy
@@ -199,3 +199,8 @@ def test_anthropic_starts_with_the_user_and_keeps_system_messages_out_of_history
     )
     openai = to_openai(context)["messages"]
     assert openai[0]["role"] == "system" and openai[-1]["content"] == '{"city": "Kyoto"}'
+
+    # With no summary and no system message, the opening turn does not point at a system prompt.
+    bare = {"summaries": [], "messages": context["messages"][:1] + context["messages"][2:]}
+    assert to_anthropic(bare)["messages"][0]["content"] == [{"type": "text", "text": RESUMED}]
+    assert "system" not in to_anthropic(bare)
