@@ -536,7 +536,8 @@ class OpenAIContextOut(BaseModel):
     """`?format=openai`: the body of a Chat Completions request's `messages`."""
 
     messages: list[dict[str, Any]] = Field(
-        description="The summaries as one leading system message, then the raw messages as posted "
+        description="The summaries (after the user's cross-conversation summary, for a conversation of a "
+        "user) as one leading system message, then the raw messages as posted "
         "(tool calls and results intact)."
     )
 

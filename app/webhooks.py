@@ -138,7 +138,10 @@ class WebhookSender:
         except httpx.TimeoutException:
             error = f"no answer within {self.timeout_seconds:g} s (MEMORY_WEBHOOK_TIMEOUT_SECONDS)"
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
+            # httpx's transport errors often carry no message (a connection closed mid-answer):
+            # say so rather than leave an empty reason.
+            reason = str(exc) or "the connection failed or closed without an answer"
+            error = f"{type(exc).__name__}: {reason}"[:300]
         async with self.engine.begin() as conn:
             if error is None:
                 await webhooks.delivered(conn, delivery=delivery)

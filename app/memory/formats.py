@@ -32,13 +32,20 @@ class Unrenderable(ValueError):
 
 
 def _summary_text(context: Mapping[str, Any]) -> str | None:
+    """The system text: the user's cross-conversation summary (a conversation of a user), then
+    the conversation's summaries, oldest first."""
+    parts = []
+    user = context.get("user_summary")
+    if user:
+        parts += ["What is known about the user from their earlier conversations:", user["text"]]
     summaries = list(reversed(context["summaries"]))  # oldest first
-    if not summaries:
-        return None
-    first, last = summaries[0]["start_sequence"], summaries[-1]["end_sequence"]
-    parts = [f"Summary of the conversation so far (messages #{first}-#{last}, older than the ones below):"]
-    parts += [s["text"] for s in summaries]
-    return "\n\n".join(parts)
+    if summaries:
+        first, last = summaries[0]["start_sequence"], summaries[-1]["end_sequence"]
+        parts.append(
+            f"Summary of the conversation so far (messages #{first}-#{last}, older than the ones below):"
+        )
+        parts += [s["text"] for s in summaries]
+    return "\n\n".join(parts) or None
 
 
 def _open_calls(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -166,6 +166,19 @@ def _with_started(state: ConversationState, row: dict[str, Any] | None) -> Conve
     return replace(state, newest=ref)
 
 
+def read_only(conversation_id: str, *, ended: bool) -> Conflict:
+    """The 409 for a write to an ended or archived conversation, saying which and what to do."""
+    if ended:
+        return Conflict(
+            f"conversation {conversation_id!r} was ended (POST .../end) and is read-only: "
+            "start a new conversation"
+        )
+    return Conflict(
+        f"conversation {conversation_id!r} is archived and read-only: restore it "
+        "with POST /ops/conversations/{id}/restore"
+    )
+
+
 class MemoryService:
     def __init__(
         self,
@@ -280,6 +293,8 @@ class MemoryService:
             locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if locked is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            if locked.ended or locked.archived:
+                raise read_only(conversation_id, ended=locked.ended)
             stored = locked.memory_policy
             if memory_policy.name != stored["name"]:
                 raise Conflict(
@@ -383,13 +398,7 @@ class MemoryService:
             if outcome.foreign:
                 raise NotFound(f"conversation {conversation_id!r} not found")
             if outcome.closed is not None:
-                raise Conflict(
-                    f"conversation {conversation_id!r} was ended (POST .../end) and is read-only: "
-                    "start a new conversation"
-                    if outcome.closed == "ended"
-                    else f"conversation {conversation_id!r} is archived and read-only: restore it "
-                    "with POST /ops/conversations/{id}/restore"
-                )
+                raise read_only(conversation_id, ended=outcome.closed == "ended")
             leading = rounds.leading_results(items)
             if outcome.open_calls > leading:
                 raise Invalid(
@@ -917,6 +926,12 @@ class MemoryService:
             locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if locked is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            if not locked.ended and locked.open_calls > 0:
+                raise Conflict(
+                    f"conversation {conversation_id!r} has {locked.open_calls} tool call(s) waiting for "
+                    "their results: post the results, then end it (an ended conversation takes no "
+                    "more messages, and a provider refuses a history with unanswered calls)"
+                )
             row = await conversations.end(conn, conversation_id=conversation_id)
             if row["archived_at"] is not None:
                 raise Conflict(
@@ -1266,20 +1281,28 @@ class MemoryService:
         """Delete a conversation, recording ``conversation:deleted``; a summary still running for
         it finds its row gone and stops."""
         try:
-            async with self.engine.begin() as conn:
-                deleted = await events.delete_conversation(
-                    conn, conversation_id=conversation_id, tenant_id=tenant_id
-                )
+            deleted = await self._delete(tenant_id=tenant_id, conversation_id=conversation_id, repair=False)
         except IntegrityError as exc:
             if "pk_events" not in str(exc.orig):
                 raise
-            async with self.engine.begin() as conn:  # see events.repair_counter
-                await events.repair_counter(conn, conversation_id=conversation_id)
-                deleted = await events.delete_conversation(
-                    conn, conversation_id=conversation_id, tenant_id=tenant_id
-                )
-        if not deleted:
+            deleted = await self._delete(tenant_id=tenant_id, conversation_id=conversation_id, repair=True)
+        if deleted is None:
             raise NotFound(f"conversation {conversation_id!r} not found")
+        if deleted.user_id is not None:
+            self.runner.poke()
+
+    async def _delete(self, *, tenant_id: str, conversation_id: str, repair: bool) -> events.Deleted | None:
+        """The DELETE and, for a conversation of a user, its leaving the user's summaries, in one
+        transaction; ``repair`` first fixes a stale event counter (see events.repair_counter)."""
+        async with self.engine.begin() as conn:
+            if repair:
+                await events.repair_counter(conn, conversation_id=conversation_id)
+            deleted = await events.delete_conversation(
+                conn, conversation_id=conversation_id, tenant_id=tenant_id
+            )
+            if deleted is not None and deleted.user_id is not None:
+                await users.conversation_gone(conn, tenant_id=tenant_id, user_id=deleted.user_id)
+        return deleted
 
     async def _require(self, conn: AsyncConnection, *, tenant_id: str | None, conversation_id: str) -> None:
         if not await conversations.exists(conn, conversation_id=conversation_id, tenant_id=tenant_id):
@@ -1407,8 +1430,12 @@ class MemoryService:
             locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if locked is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            if locked.ended or locked.archived:
+                raise read_only(conversation_id, ended=locked.ended)
             policy = load_policy(locked.memory_policy)
             cleared = await transfer.clear(conn, conversation_id=conversation_id, wake=policy.wake(EMPTY))
+            if locked.user_id is not None:
+                await users.conversation_gone(conn, tenant_id=locked.tenant_id, user_id=locked.user_id)
             await events.record(
                 conn,
                 conversation_id=conversation_id,
@@ -1419,6 +1446,8 @@ class MemoryService:
                     "dropped_processing": cleared.dropped_processing,
                 },
             )
+        if locked.user_id is not None:
+            self.runner.poke()
         if cleared.dropped_processing is not None:
             logger.info(
                 "Cleared %s: summary %d in flight dropped", conversation_id, cleared.dropped_processing
@@ -1480,6 +1509,8 @@ class MemoryService:
             locked = await work.lock(conn, conversation_id=conversation_id, tenant_id=tenant_id)
             if locked is None:
                 raise NotFound(f"conversation {conversation_id!r} not found")
+            if locked.archived:
+                raise read_only(conversation_id, ended=False)
             if locked.last_sequence < 0:
                 raise Conflict("nothing to summarize: the conversation has no messages")
             policy, state, plan = await self._plan(

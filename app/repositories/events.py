@@ -19,6 +19,7 @@ Event types follow seed 003's names: ``entry:added``, ``compressed``, ``session:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -119,24 +120,33 @@ _DELETE_CONVERSATION = text(
     WITH c AS (
         DELETE FROM conversations c
         WHERE c.conversation_id = :conversation_id AND c.tenant_id = :tenant_id
-        RETURNING c.conversation_id, c.tenant_id, c.last_event_id, c.events_watched_until
+        RETURNING c.conversation_id, c.tenant_id, c.last_event_id, c.events_watched_until, c.user_id
     ), source AS (
         SELECT c.conversation_id, c.tenant_id, c.last_event_id + 1 AS event_id,
                '{CONVERSATION_DELETED}' AS type, '{{}}' AS data, {WATCHED} AS watched
         FROM c
     ), {emit_ctes("source")}
-    SELECT event_id, (SELECT count(*) FROM ev_notified) AS notified FROM source
+    SELECT event_id, (SELECT count(*) FROM ev_notified) AS notified, (SELECT user_id FROM c) AS user_id
+    FROM source
     """
 )
 
 
-async def delete_conversation(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    user_id: str | None
+
+
+async def delete_conversation(
+    conn: AsyncConnection, *, conversation_id: str, tenant_id: str
+) -> Deleted | None:
     """Delete a conversation (its messages and memories go with it, ON DELETE CASCADE) and
-    record ``conversation:deleted`` in the same statement; the event outlives the conversation."""
+    record ``conversation:deleted`` in the same statement; the event outlives the conversation.
+    None when the tenant has no such conversation."""
     row = (
         await conn.execute(_DELETE_CONVERSATION, {"conversation_id": conversation_id, "tenant_id": tenant_id})
     ).one_or_none()
-    return row is not None
+    return None if row is None else Deleted(user_id=row.user_id)
 
 
 async def repair_counter(conn: AsyncConnection, *, conversation_id: str) -> None:

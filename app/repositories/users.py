@@ -293,6 +293,26 @@ async def reap_expired(conn: AsyncConnection, *, max_attempts: int) -> list[dict
     return [dict(r._mapping) for r in rows]
 
 
+async def conversation_gone(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> bool:
+    """One of the user's conversations was deleted or cleared: its content must leave the user's
+    summaries. With no conversation of the user left, the user and every summary go (True);
+    else a new summary is due (False)."""
+    gone = await conn.execute(
+        text(
+            """
+            DELETE FROM users
+            WHERE tenant_id = :tenant_id AND user_id = :user_id
+              AND NOT EXISTS (SELECT 1 FROM conversations WHERE tenant_id = :tenant_id AND user_id = :user_id)
+            """
+        ),
+        {"tenant_id": tenant_id, "user_id": user_id},
+    )
+    if gone.rowcount:
+        return True
+    await mark_due(conn, tenant_id=tenant_id, user_id=user_id)
+    return False
+
+
 async def context(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> dict[str, Any] | None:
     """The latest completed summary, the row in flight and whether a newer one is due; None for
     a user with neither a conversation nor a summary."""

@@ -141,11 +141,13 @@ class Locked:
     total_tokens: int
     ended: bool = False
     user_id: str | None = None
+    archived: bool = False
 
 
 _LOCK = """
     SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round, memory_policy,
-           open_tool_calls, next_tokens, ended_at IS NOT NULL AS ended, user_id
+           open_tool_calls, next_tokens, ended_at IS NOT NULL AS ended, user_id,
+           archived_at IS NOT NULL AS archived
     FROM conversations c
     WHERE conversation_id = :conversation_id {condition}
     FOR NO KEY UPDATE {skip}
@@ -186,6 +188,7 @@ async def _lock(
         total_tokens=int(row.next_tokens),
         ended=bool(row.ended),
         user_id=row.user_id,
+        archived=bool(row.archived),
     )
 
 

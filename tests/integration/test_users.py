@@ -96,6 +96,88 @@ async def test_a_new_session_gets_the_summary_of_the_users_last_5(
     assert (await api.context("other-user"))["user_summary"] is None
     assert (await api.client.get("/users/nobody/context")).status_code == 404
     assert (await api.client.get("/users/nobody/memories")).status_code == 404
+    # The forms sent to a model carry it too, in their system part.
+    await api.post_round("s7", 0)
+    openai = (await api.client.get("/conversations/s7/context", params={"format": "openai"})).json()
+    assert openai["messages"][0]["role"] == "system" and summary["text"] in openai["messages"][0]["content"]
+    anthropic = (await api.client.get("/conversations/s7/context", params={"format": "anthropic"})).json()
+    assert summary["text"] in anthropic["system"]
+
+
+async def test_deleting_or_clearing_a_users_conversations_takes_them_out_of_the_user_summary(
+    api: App, db: asyncpg.Connection
+) -> None:
+    for cid in ("d1", "d2"):
+        await create(api, cid, user_id="eve")
+        await chat(api, cid, 4)
+        assert (await api.client.post(f"/conversations/{cid}/end")).status_code == 200
+        await api.idle()
+    sources = (await api.client.get("/users/eve/context")).json()["summary"]["sources"]
+    assert {s["conversation_id"] for s in sources} == {"d1", "d2"}
+    # One of two deleted: the summary is built again without it.
+    assert (await api.client.delete("/conversations/d1")).status_code == 204
+    await api.idle()
+    sources = (await api.client.get("/users/eve/context")).json()["summary"]["sources"]
+    assert [s["conversation_id"] for s in sources] == ["d2"]
+    # The last one deleted: the user and every summary of them go.
+    assert (await api.client.delete("/conversations/d2")).status_code == 204
+    assert (await api.client.get("/users/eve/context")).status_code == 404
+    assert await db.fetchval("SELECT count(*) FROM user_memory WHERE user_id = 'eve'") == 0
+    # A cleared conversation (not ended) leaves the summary too.
+    await create(api, "d3", user_id="eve")
+    await chat(api, "d3", 4)
+    await create(api, "d4", user_id="eve")
+    await chat(api, "d4", 4)
+    assert (await api.client.post("/conversations/d4/end")).status_code == 200
+    await api.idle()
+    before = (await api.client.get("/users/eve/context")).json()["summary"]["memory_id"]
+    assert (await api.client.delete("/conversations/d3/messages")).status_code == 200
+    await api.idle()
+    after = (await api.client.get("/users/eve/context")).json()["summary"]
+    assert after["memory_id"] > before
+
+
+async def test_ended_and_archived_conversations_refuse_every_write(api: App, db: asyncpg.Connection) -> None:
+    await create(api, "closed")
+    await chat(api, "closed", 4)
+    assert (await api.client.post("/conversations/closed/end")).status_code == 200
+    await api.idle()
+    writes = [
+        ("PATCH", "/conversations/closed", {"memory_policy": {"name": "recursive_summary", "short_term": 4}}),
+        ("DELETE", "/conversations/closed/messages", None),
+        ("POST", "/conversations/closed/messages", {"messages": [{"role": "user", "content": "more"}]}),
+    ]
+    for method, path, body in writes:
+        refused = await api.client.request(method, path, json=body)
+        assert refused.status_code == 409, (method, path, refused.text)
+        assert "was ended" in refused.json()["detail"]
+    assert await db.fetchval("SELECT count(*) FROM messages WHERE conversation_id = 'closed'") == 4
+
+    await create(api, "idle", user_id=None)
+    await chat(api, "idle", 4)
+    await db.execute("UPDATE conversations SET archived_at = now() WHERE conversation_id = 'idle'")
+    for method, path, body in [
+        ("PATCH", "/conversations/idle", {"memory_policy": {"name": "recursive_summary", "short_term": 4}}),
+        ("DELETE", "/conversations/idle/messages", None),
+        ("POST", "/conversations/idle/compress", None),
+    ]:
+        refused = await api.client.request(method, path, json=body)
+        assert refused.status_code == 409, (method, path, refused.text)
+        assert "is archived" in refused.json()["detail"]
+
+
+async def test_a_conversation_with_tool_calls_waiting_is_not_ended(api: App) -> None:
+    await create(api, "tools")
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    waiting = {
+        "messages": [{"role": "user", "content": "rain?"}, {"role": "assistant", "tool_calls": [call]}]
+    }
+    assert (await api.client.post("/conversations/tools/messages", json=waiting)).status_code == 201
+    refused = await api.client.post("/conversations/tools/end")
+    assert refused.status_code == 409 and "waiting for their results" in refused.json()["detail"]
+    result = {"messages": [{"role": "tool", "tool_call_id": "call_1", "content": "rain"}]}
+    assert (await api.client.post("/conversations/tools/messages", json=result)).status_code == 201
+    assert (await api.client.post("/conversations/tools/end")).status_code == 200
 
 
 async def test_the_previous_summary_is_served_while_the_next_is_built(
