@@ -13,6 +13,9 @@ from app.events import EventHub
 
 router = APIRouter(tags=["events"])
 
+# Event ids are PostgreSQL bigints: a larger one could never match, and asyncpg refuses to send it.
+MAX_EVENT_ID = 2**63 - 1
+
 STREAM_EXAMPLE = (
     "retry: 1000\n: events of demo after 0\n\n"
     "id: 1\nevent: entry:added\n"
@@ -51,11 +54,19 @@ async def stream_events(
     tenant: TenantDep,
     last_event_id: Annotated[
         int | None,
-        Header(ge=0, description="Resume after this event id (browsers' EventSource sends it on reconnect)."),
+        Header(
+            ge=0,
+            le=MAX_EVENT_ID,
+            description="Resume after this event id (browsers' EventSource sends it on reconnect).",
+        ),
     ] = None,
     after: Annotated[
         int | None,
-        Query(ge=0, description="Resume after this event id (when the client cannot send Last-Event-ID)."),
+        Query(
+            ge=0,
+            le=MAX_EVENT_ID,
+            description="Resume after this event id (when the client cannot send Last-Event-ID).",
+        ),
     ] = None,
 ) -> StreamingResponse:
     """The conversation's events, oldest first, each once and in order, then each new one as it

@@ -319,6 +319,45 @@ async def test_wait_for_pending_is_capped_by_the_setting(make_app: AppFactory, l
     assert time.monotonic() - started < 5
 
 
+async def test_an_event_id_past_a_bigint_is_a_422_before_the_stream(make_app: AppFactory) -> None:
+    """Event ids are bigints: a larger resume point is refused up front, not by the database
+    once the stream has started."""
+    api = await make_app(MEMORY_SUMMARIZE_AFTER_SEQ=1000)
+    await api.post_round("big", 0)
+    for value, where in (
+        ("9223372036854775808", "header"),
+        ("99999999999999999999", "header"),
+        ("9223372036854775808", "query"),
+        ("99999999999999999999", "query"),
+    ):
+        if where == "header":
+            response = await api.client.get("/conversations/big/events", headers={"Last-Event-ID": value})
+            loc = ["header", "last-event-id"]
+        else:
+            response = await api.client.get("/conversations/big/events", params={"after": value})
+            loc = ["query", "after"]
+        assert response.status_code == 422, (value, where, response.text)
+        body = response.json()
+        assert body["code"] == "invalid_request"
+        assert [e["loc"] for e in body["detail"]] == [loc]
+
+
+async def test_the_largest_event_id_streams(database_url: str, llm: FakeLLM) -> None:
+    settings = settings_for(
+        database_url, llm, MEMORY_SUMMARIZE_AFTER_SEQ=1000, MEMORY_EVENTS_HEARTBEAT_SECONDS=0.05
+    )
+    async with served(settings) as a:
+        await post_round(a.url, "top", 0)
+        for headers, params in (({"Last-Event-ID": str(2**63 - 1)}, None), (None, {"after": 2**63 - 1})):
+            async with stream(a.url, "top", headers=headers, params=params) as watching:
+                assert watching.status == 200
+                # A keepalive comes after the read of the events past the id: the read went well.
+                await eventually(
+                    lambda: _true(": keepalive" in watching.comments), what="a keepalive after the read"
+                )
+                assert watching.events == []
+
+
 async def test_compression_failure_retry_and_a_recorded_event(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
