@@ -88,6 +88,7 @@ async def get_context(
         float | None,
         Query(
             ge=0,
+            allow_inf_nan=False,
             le=3600,
             description="Seconds (capped by MEMORY_CONTEXT_MAX_WAIT_SECONDS): when a summary is processing, "
             "wait until it completes or fails, or this time passes, then answer. `waited` and `pending` "

@@ -319,6 +319,17 @@ async def test_wait_for_pending_is_capped_by_the_setting(make_app: AppFactory, l
     assert time.monotonic() - started < 5
 
 
+async def test_wait_for_pending_must_be_a_finite_number(make_app: AppFactory) -> None:
+    api = await make_app()
+    for value in ("NaN", "nan", "inf", "-inf", "Infinity"):
+        response = await api.client.get("/conversations/w/context", params={"wait_for_pending": value})
+        assert response.status_code == 422, (value, response.text)
+        body = response.json()
+        assert body["code"] == "invalid_request"
+        assert body["detail"][0]["loc"] == ["query", "wait_for_pending"]
+        assert body["detail"][0]["msg"] == "Input should be a finite number"
+
+
 async def test_an_event_id_past_a_bigint_is_a_422_before_the_stream(make_app: AppFactory) -> None:
     """Event ids are bigints: a larger resume point is refused up front, not by the database
     once the stream has started."""
