@@ -20,7 +20,13 @@ MAX_PER_TENANT = 10
 
 
 async def create(conn: AsyncConnection, *, tenant_id: str, url: str, secret: str) -> dict[str, Any] | None:
-    """A new endpoint, or None when the tenant has MAX_PER_TENANT already."""
+    """A new endpoint, or None when the tenant has MAX_PER_TENANT already. Run it in a
+    transaction: the tenant's lock, held until the transaction ends, makes concurrent creations
+    count one after another (READ COMMITTED: each count sees the rows committed before it)."""
+    await conn.execute(
+        text("SELECT pg_advisory_xact_lock(hashtext('webhooks'), hashtext(:tenant_id))"),
+        {"tenant_id": tenant_id},
+    )
     row = (
         await conn.execute(
             text(

@@ -3,6 +3,7 @@ signed bodies, at-least-once delivery with the event id, backoff, dead letters a
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import asyncpg
 import orjson
 import pytest
 
+from app.repositories.webhooks import MAX_PER_TENANT
 from app.webhooks import SIGNATURE_HEADER, verify
 from tests.integration.conftest import App, AppFactory, eventually
 
@@ -252,3 +254,18 @@ async def test_the_admin_key_sees_and_retries_every_tenants_dead_letters(
         what="the retried delivery",
     )
     assert (await api.client.post(f"/admin/ops{path}", headers=admin)).status_code == 409
+
+
+async def test_the_webhook_limit_holds_under_concurrent_creations(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    api = await make_app(**FAST)
+    answers = await asyncio.gather(
+        *(api.client.post("/webhooks", json={"url": f"http://127.0.0.1:9/hook{n}"}) for n in range(25))
+    )
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201] * MAX_PER_TENANT + [409] * (25 - MAX_PER_TENANT), [a.text for a in answers]
+    refused = next(a for a in answers if a.status_code == 409).json()
+    assert refused["code"] == "conflict" and str(MAX_PER_TENANT) in refused["detail"]
+    assert await db.fetchval("SELECT count(*) FROM webhooks") == MAX_PER_TENANT
+    assert len((await api.client.get("/webhooks")).json()) == MAX_PER_TENANT
