@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -733,8 +733,17 @@ class StatsOut(BaseModel):
     processing: bool = Field(description="Whether a summary of the conversation is in flight.")
 
 
-# Timestamps are read leniently (ISO strings), the rest of a document strictly.
-Timestamp = Annotated[AwareDatetime, Field(strict=False)]
+def _in_utc(value: datetime) -> datetime:
+    """The instant in UTC; one whose UTC year falls outside 1..9999 (e.g. 0001-01-01T00:00+14:00)
+    is refused here rather than failing to convert later."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("timestamp is out of range: in UTC it must fall within years 1 to 9999") from None
+
+
+# Timestamps are read leniently (ISO strings), the rest of a document strictly; each is kept in UTC.
+Timestamp = Annotated[AwareDatetime, Field(strict=False), AfterValidator(_in_utc)]
 _INT32 = 2**31 - 1
 
 

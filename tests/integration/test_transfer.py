@@ -305,6 +305,21 @@ REFUSALS: list[tuple[str, Mutation, list[Any] | None]] = [
     ("an unknown field", _set(("conversation", "owner"), "x"), ["body", "conversation"]),
     ("an unknown policy", _set(("conversation", "memory_policy", "name"), "lru"), None),
     ("a naive timestamp", _set(("entries", 0, "created_at"), "2026-01-01T00:00:00"), None),
+    (
+        "a timestamp before year 1 in UTC",
+        _set(("entries", 0, "created_at"), "0001-01-01T00:00:00+14:00"),
+        ["body", "entries", 0, "created_at"],
+    ),
+    (
+        "a timestamp past year 9999 in UTC",
+        _set(("conversation", "created_at"), "9999-12-31T23:59:59-05:00"),
+        ["body", "conversation", "created_at"],
+    ),
+    (
+        "a completion before year 1 in UTC",
+        _set(("memories", 0, "completed_at"), "0001-01-01T00:00:00+01:00"),
+        ["body", "memories", 0, "completed_at"],
+    ),
     ("another format", _set(("version",), 2), ["body", "version"]),
 ]
 
