@@ -25,8 +25,22 @@ class Session:
     messages: Sequence[Message]  # the last SHORT_TERM messages, oldest first
 
 
+def _utc(moment: datetime) -> datetime:
+    """The moment in UTC. asyncpg reads PostgreSQL's -infinity and infinity (what it writes for
+    0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z) as naive datetime.min and .max: a naive
+    moment is taken as UTC, never as local time (whose conversion fails at years 1 and 9999)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+# The date by isoformat: strftime's %Y is not zero-padded before year 1000 on every platform.
 def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = _utc(moment)
+    return f"{at.date().isoformat()}T{at:%H:%M:%S}Z"
+
+
+def _title(moment: datetime) -> str:
+    at = _utc(moment)
+    return f"{at.date().isoformat()}_{at:%H%M%S}"
 
 
 def session_markdown(session: Session) -> str:
@@ -34,7 +48,7 @@ def session_markdown(session: Session) -> str:
     archived) its last message; messages are numbered from 1, as the seed counts."""
     end = session.ended_at or session.last_message_at
     lines = [
-        f"# Session: {session.started_at.astimezone(UTC).strftime('%Y-%m-%d_%H%M%S')}",
+        f"# Session: {_title(session.started_at)}",
         "",
         "## Metadata",
         f"- Conversation: {session.conversation_id}",

@@ -590,3 +590,16 @@ async def test_stats_cost_the_same_at_any_length(api: App, db: asyncpg.Connectio
         top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
         buffers[cid] = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
     assert buffers["long"] <= buffers["short"] + 4, buffers
+
+
+async def test_the_markdown_of_an_import_at_the_edges_of_time(api: App) -> None:
+    """A conversation created at the first instant (which asyncpg stores as -infinity), as the
+    import and PostgreSQL accept it, renders as markdown."""
+    await build(api, "edges", "sliding_window", rounds=2)
+    document = await export(api, "edges")
+    document["conversation"]["created_at"] = "0001-01-01T00:00:00Z"
+    await import_doc(api, document, "edges-copy")
+    response = await api.client.get("/conversations/edges-copy/export", params={"format": "markdown"})
+    assert response.status_code == 200, response.text
+    assert response.text.startswith("# Session: 0001-01-01_000000\n")
+    assert "- Start: 0001-01-01T00:00:00Z\n" in response.text

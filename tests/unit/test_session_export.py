@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from app.memory.export import Session, session_markdown
 from app.memory.types import Message
@@ -45,6 +45,23 @@ def test_an_open_session_ends_at_its_last_message() -> None:
     text = session_markdown(open_session)
     assert "- End: 2024-01-15T14:35:22Z (not ended: last message)" in text
     assert "(no messages)" in text and "(no summary yet)" in text
+
+
+def test_timestamps_at_years_1_and_9999_render_in_utc() -> None:
+    """Aware ones, and the naive datetime.min / .max asyncpg reads for PostgreSQL's -infinity and
+    infinity (what it writes for the first and last instants), are UTC, never local time."""
+    cases = [
+        (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+        (datetime.min, datetime.max),
+        (
+            datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=5))),
+            datetime(9999, 12, 31, 18, 59, 59, tzinfo=timezone(timedelta(hours=-5))),
+        ),
+    ]
+    for started, ended in cases:
+        text = session_markdown(Session("c", started, ended, ended, 0, 0, None, []))
+        assert text.startswith("# Session: 0001-01-01_000000\n"), text
+        assert "- Start: 0001-01-01T00:00:00Z\n- End: 9999-12-31T23:59:59Z\n" in text, text
 
 
 def source(name: str, summary: str | None, said: str) -> Source:
