@@ -733,13 +733,23 @@ class StatsOut(BaseModel):
     processing: bool = Field(description="Whether a summary of the conversation is in flight.")
 
 
+_OUT_OF_RANGE = (
+    "timestamp is out of range: in UTC it must fall strictly between 0001-01-01T00:00:00Z and "
+    "9999-12-31T23:59:59.999999Z"
+)
+
+
 def _in_utc(value: datetime) -> datetime:
     """The instant in UTC; one whose UTC year falls outside 1..9999 (e.g. 0001-01-01T00:00+14:00)
-    is refused here rather than failing to convert later."""
+    is refused here rather than failing to convert later, and so are the first and last instants,
+    which asyncpg stores as -infinity and infinity (an export could not give them back)."""
     try:
-        return value.astimezone(UTC)
+        utc = value.astimezone(UTC)
     except OverflowError:
-        raise ValueError("timestamp is out of range: in UTC it must fall within years 1 to 9999") from None
+        raise ValueError(_OUT_OF_RANGE) from None
+    if utc.replace(tzinfo=None) in (datetime.min, datetime.max):
+        raise ValueError(_OUT_OF_RANGE)
+    return utc
 
 
 # Timestamps are read leniently (ISO strings), the rest of a document strictly; each is kept in UTC.

@@ -593,13 +593,19 @@ async def test_stats_cost_the_same_at_any_length(api: App, db: asyncpg.Connectio
 
 
 async def test_the_markdown_of_an_import_at_the_edges_of_time(api: App) -> None:
-    """A conversation created at the first instant (which asyncpg stores as -infinity), as the
-    import and PostgreSQL accept it, renders as markdown."""
+    """A conversation created in the first second the import accepts renders as markdown and
+    exports back as it was; the first instant itself (which asyncpg would store as -infinity,
+    exported as null) is refused."""
     await build(api, "edges", "sliding_window", rounds=2)
     document = await export(api, "edges")
     document["conversation"]["created_at"] = "0001-01-01T00:00:00Z"
+    refused = await api.client.post("/conversations/import", json=document, params={"conversation_id": "e0"})
+    assert refused.status_code == 422 and "out of range" in refused.text
+    document["conversation"]["created_at"] = "0001-01-01T00:00:01Z"
     await import_doc(api, document, "edges-copy")
     response = await api.client.get("/conversations/edges-copy/export", params={"format": "markdown"})
     assert response.status_code == 200, response.text
-    assert response.text.startswith("# Session: 0001-01-01_000000\n")
-    assert "- Start: 0001-01-01T00:00:00Z\n" in response.text
+    assert response.text.startswith("# Session: 0001-01-01_000001\n")
+    assert "- Start: 0001-01-01T00:00:01Z\n" in response.text
+    exported = await export(api, "edges-copy")
+    assert exported["conversation"]["created_at"] == "0001-01-01T00:00:01.000000Z"
