@@ -418,6 +418,10 @@ def _kind(exc: BaseException) -> _Kind | None:
         if "cancelling" in message:  # reused while a timed-out statement's cancel is pending
             return _Kind.BUSY
         return None
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        # The driver's protocol reached a state it cannot go on from (seen when the server shut
+        # down mid-statement on a connection used directly through asyncpg): it is unusable.
+        return _Kind.LOST
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return _Kind.LOST
     # Refused, reset, unreachable, a missing Unix socket, TLS failures: OSErrors the driver
@@ -442,7 +446,13 @@ def classify_db_error(exc: BaseException) -> DatabaseUnavailable | None:
 
 
 def is_database_error(exc: BaseException) -> bool:
-    return isinstance(exc, SQLAlchemyError | asyncpg.PostgresError | asyncpg.InterfaceError)
+    return isinstance(
+        exc,
+        SQLAlchemyError
+        | asyncpg.PostgresError
+        | asyncpg.InterfaceError
+        | asyncpg.exceptions.InternalClientError,
+    )
 
 
 def describe_db_error(exc: BaseException) -> str:

@@ -141,7 +141,8 @@ class EventHub:
                         if len(batch) < BATCH:
                             break
                     try:
-                        await asyncio.wait_for(wake.wait(), self.heartbeat_seconds)
+                        async with asyncio.timeout(self.heartbeat_seconds):
+                            await wake.wait()
                     except TimeoutError:
                         yield b": keepalive\n\n"
         finally:
@@ -211,7 +212,8 @@ class EventHub:
         self._wake(list(self._subscribers))
         while not lost.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), self.heartbeat_seconds)
+                async with asyncio.timeout(self.heartbeat_seconds):
+                    await lost.wait()
             if lost.is_set():
                 break
             await conn.fetchval("SELECT 1", timeout=self.heartbeat_seconds)
@@ -252,6 +254,7 @@ async def wait_until(wake: asyncio.Event, done: Callable[[], Awaitable[bool]], *
         if left <= 0:
             return False
         try:
-            await asyncio.wait_for(wake.wait(), left)
+            async with asyncio.timeout(left):
+                await wake.wait()
         except TimeoutError:
             return await done()

@@ -163,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(OSError)
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(asyncpg.exceptions.InternalClientError)
     async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
         # The database being unavailable (restarting, unreachable, max_connections, no pooled
         # connection free in time, a statement timed out) is transient: answer 503 at once so

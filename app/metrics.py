@@ -334,7 +334,8 @@ async def sample_forever(
             except Exception as exc:
                 logger.debug("Reading the work counts for /metrics failed (%s)", type(exc).__name__)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=tick)
+            async with asyncio.timeout(tick):
+                await stop.wait()
 
 
 # ---- scrapes -----------------------------------------------------------------------------------

@@ -445,7 +445,16 @@ async def import_conversation(
 @router.delete(
     "/conversations/{conversation_id}/messages",
     response_model=ClearedOut,
-    responses=errors(404, 422, 503),
+    responses=errors(
+        404,
+        (
+            409,
+            "The conversation was ended or is archived: read-only.",
+            "conversation 'trip-42' was ended (POST .../end) and is read-only: start a new conversation",
+        ),
+        422,
+        503,
+    ),
 )
 async def clear_messages(
     conversation_id: ConversationIdPath, service: ServiceDep, tenant: TenantDep

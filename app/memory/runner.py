@@ -114,8 +114,11 @@ class SummaryRunner(Generic[K]):
 
     async def _claim_forever(self) -> None:
         while True:
+            # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for swallows a
+            # cancellation that arrives as the event is set, and this loop would outlive its stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), timeout=self._claim_interval)
+                async with asyncio.timeout(self._claim_interval):
+                    await self._poked.wait()
             self._poked.clear()
             try:
                 await self._claim_while_free()

@@ -222,6 +222,10 @@ async def test_only_database_failures_are_503s(make_app: AppFactory) -> None:
     async def timeout() -> None:
         await asyncio.wait_for(asyncio.Event().wait(), 0.01)
 
+    async def protocol_broken() -> None:
+        # What asyncpg raises from a statement on a connection the server is shutting down.
+        raise asyncpg.exceptions.InternalClientError()
+
     cases = {
         "refused": (refused, 503),
         "no-socket": (no_socket, 503),
@@ -229,6 +233,7 @@ async def test_only_database_failures_are_503s(make_app: AppFactory) -> None:
         "missing-file-in-a-transaction": (missing_file_in_a_transaction, 500),
         "refused-elsewhere": (refused_elsewhere, 500),
         "timeout": (timeout, 503),
+        "protocol-broken": (protocol_broken, 503),
     }
     for name, (route, _) in cases.items():
         api.app.add_api_route(f"/test-errors/{name}", route)

@@ -347,6 +347,7 @@ CALLS = [
     Call("POST", "/conversations/import", 422, path="/conversations/import?conversation_id=-bad"),
     Call("DELETE", MESSAGES, 404, path="/conversations/nobody/messages"),
     Call("DELETE", MESSAGES, 422, path="/conversations/-bad/messages"),
+    Call("DELETE", MESSAGES, 409, path="/conversations/shelved/messages"),  # archived: read-only
     Call("POST", "/conversations/{conversation_id}/compress", 404, path="/conversations/nobody/compress"),
     Call("POST", "/conversations/{conversation_id}/compress", 409),  # nothing new since memory 1
     Call("POST", "/conversations/{conversation_id}/compress", 422, path="/conversations/-x/compress"),
