@@ -40,7 +40,7 @@ from app.memory.policies import (
 from app.memory.runner import RUN_LIMIT_MARGIN_SECONDS, SummaryRunner
 from app.memory.tokens import TokenCounter
 from app.memory.transfer import plan_import, renumber
-from app.memory.types import ConversationState, MemoryRef, SummaryJob, SummaryPlan, Trigger
+from app.memory.types import ConversationState, MemoryRef, Prompt, SummaryJob, SummaryPlan, Trigger
 from app.repositories import (
     conversations,
     events,
@@ -718,12 +718,7 @@ class MemoryService:
             if self.model is None:
                 text = policy.fallback(job)
             else:
-                try:
-                    text = await self.model.summarize(policy.prompt(job), job)
-                except Exception:
-                    self.breaker.record_failure()
-                    raise
-                self.breaker.record_success()
+                text = await self._ask_model(self.model, policy.prompt(job), job)
             if not text.strip():
                 raise EmptySummaryError("the summarizer returned an empty summary")
             elapsed = time.perf_counter() - started
@@ -848,14 +843,9 @@ class MemoryService:
                     messages=(),
                     max_chars=self.summary_max_chars,
                 )
-                try:
-                    text = await self.model.summarize(
-                        user_summary.prompt(previous, sources, self.summary_max_chars), job
-                    )
-                except Exception:
-                    self.breaker.record_failure()
-                    raise
-                self.breaker.record_success()
+                text = await self._ask_model(
+                    self.model, user_summary.prompt(previous, sources, self.summary_max_chars), job
+                )
             if not text.strip():
                 raise EmptySummaryError("the summarizer returned an empty summary")
             elapsed_ms = int((time.perf_counter() - started) * 1000)
@@ -896,6 +886,16 @@ class MemoryService:
                         error=reason,
                         generation_time_ms=int((time.perf_counter() - started) * 1000),
                     )
+
+    async def _ask_model(self, model: ChatModel, prompt: Prompt, job: SummaryJob) -> str:
+        """The model's answer, its success or failure counted by the circuit breaker."""
+        try:
+            text = await model.summarize(prompt, job)
+        except Exception:
+            self.breaker.record_failure()
+            raise
+        self.breaker.record_success()
+        return text
 
     async def user_context(self, *, tenant_id: str, user_id: str) -> dict[str, Any]:
         """The user's latest completed cross-conversation summary (never one half-built), what is
