@@ -177,8 +177,20 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
     ready_database(settings, migrate=not args.no_migrate)
     metrics_address = None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
-    asyncio.run(run_worker(settings, drain=args.drain, metrics_address=metrics_address))
+    run_loop(run_worker(settings, drain=args.drain, metrics_address=metrics_address))
     return 0
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on uvloop where uvicorn[standard] installed it (as `serve`'s uvicorn does),
+    else on asyncio's own loop. A worker spends much of its CPU in the event loop, among many
+    concurrent model calls and statements."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is not built for Windows
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:

@@ -48,6 +48,7 @@ from app.repositories import (
     memory,
     messages,
     rounds,
+    statements,
     transfer,
     users,
     webhooks,
@@ -56,6 +57,7 @@ from app.repositories import (
 from app.repositories.memory import Backoff
 from app.repositories.messages import NewMessage
 from app.repositories.rounds import Refused
+from app.repositories.statements import Db
 from app.repositories.work import Locked
 from app.schemas import ConversationExport, content_chars
 from app.webhooks import new_secret
@@ -448,10 +450,16 @@ class MemoryService:
         # The keys say otherwise, but the diagnosis found nothing: a concurrent round changed it.
         raise Conflict("the conversation's tool calls changed while the round was stored; retry the request")
 
+    def _driver(self, *, transaction: bool) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
+        """A pooled connection as its asyncpg connection, for the summary path's statements,
+        always in a transaction behind PgBouncer (a statement's preparation and execution must
+        reach the same server connection)."""
+        return statements.connect(self.engine, transaction=transaction or self.pgbouncer)
+
     # ---- planning -----------------------------------------------------------------------
 
     async def _plan(
-        self, conn: AsyncConnection, *, conversation_id: str, locked: Locked, trigger: Trigger
+        self, conn: Db, *, conversation_id: str, locked: Locked, trigger: Trigger
     ) -> tuple[MemoryPolicy, ConversationState, SummaryPlan | None]:
         """Ask the conversation's policy which summary is due, given what it observes now."""
         policy = load_policy(locked.memory_policy)
@@ -491,7 +499,7 @@ class MemoryService:
         return policy, state, policy.plan(state, trigger)
 
     async def _plan_and_start(
-        self, conn: AsyncConnection, *, conversation_id: str, locked: Locked, trigger: Trigger, own: bool
+        self, conn: Db, *, conversation_id: str, locked: Locked, trigger: Trigger, own: bool
     ) -> dict[str, Any] | None:
         """Plan under the conversation's row lock; insert the plan's 'processing' row (owned by
         this runner with ``own``, else queued for any) and store the policy's next wake point.
@@ -562,7 +570,8 @@ class MemoryService:
         return claimed
 
     async def _claim_conversation_work(self, limit: int) -> list[int]:
-        async with self.engine.connect() as conn:
+        # The summary path's statements run on asyncpg directly (app.repositories.statements).
+        async with self._driver(transaction=False) as conn:
             found = await work.candidates(
                 conn,
                 limit=limit,
@@ -575,7 +584,7 @@ class MemoryService:
         rows = [c for c in found if c.memory_id is not None and c.memory_id not in running_here]
         claimed: list[int] = []
         if rows:
-            async with self.engine.begin() as conn:
+            async with self._driver(transaction=False) as conn:
                 owned = await work.claim_rows(
                     conn,
                     memory_ids=[c.memory_id for c in rows if c.memory_id is not None],
@@ -592,7 +601,7 @@ class MemoryService:
         gate = asyncio.Semaphore(CLAIM_PARALLELISM)
 
         async def plan(candidate: work.Candidate) -> None:
-            async with gate, self.engine.begin() as conn:
+            async with gate, self._driver(transaction=True) as conn:
                 locked = await work.lock_due(conn, conversation_id=candidate.conversation_id)
                 if locked is None:
                     return
@@ -654,7 +663,7 @@ class MemoryService:
         attempt = 0
         policy_name = metrics.UNKNOWN_POLICY
         try:
-            async with self.engine.connect() as conn:
+            async with self._driver(transaction=True) as conn:
                 row = await memory.get(conn, memory_id=memory_id)
                 if row is None or row["status"] != "processing":
                     return  # deleted with its conversation, or reaped meanwhile
@@ -728,7 +737,7 @@ class MemoryService:
             # under the conversation's row lock: a runner's claim loop (which locks due
             # conversations with SKIP LOCKED) can never plan in between, seeing the summary
             # completed but not what its completion plans (a compaction, a catch-up).
-            async with self.engine.begin() as conn:
+            async with self._driver(transaction=True) as conn:
                 locked = await work.lock(conn, conversation_id=conversation_id)
                 lags = await memory.complete(
                     conn,

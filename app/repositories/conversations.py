@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import ContextSpec, Wake
+from app.repositories.statements import Db, Statement, sql
 from app.repositories.tenants import of_tenant
 
 _COLUMNS_OF = """
@@ -37,7 +37,7 @@ async def create(
     """Create an empty conversation; None when the id is taken (by any tenant)."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 WITH c AS (
                     INSERT INTO conversations (conversation_id, tenant_id, metadata, memory_policy,
@@ -80,7 +80,7 @@ async def create(
 async def get(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> dict[str, Any] | None:
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 SELECT {_COLUMNS} FROM conversations c
                 WHERE c.conversation_id = :conversation_id AND c.tenant_id = :tenant_id
@@ -104,37 +104,33 @@ class Position:
     backing_off: bool
 
 
-async def position(
-    conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None = None
-) -> Position | None:
+_POSITION = Statement(
+    """
+    SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round,
+           memory_policy,
+           coalesce(summary_retry_at > now(), false) AS backing_off
+    FROM conversations
+    WHERE conversation_id = :conversation_id
+      AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)
+    FOR KEY SHARE
+    """
+)
+
+
+async def position(conn: Db, *, conversation_id: str, tenant_id: str | None = None) -> Position | None:
     """Where the conversation stands (last_sequence is -1 while it is empty); None when it does
     not exist (for ``tenant_id``, when given). Takes a key-share lock on the row until the
     transaction ends, so a DELETE of the conversation waits for the summary row the caller may
     insert (instead of the insert failing on the foreign key)."""
-    row = (
-        await conn.execute(
-            text(
-                """
-                SELECT tenant_id, next_sequence - 1 AS last_sequence, next_round - 1 AS last_round,
-                       memory_policy,
-                       coalesce(summary_retry_at > now(), false) AS backing_off
-                FROM conversations
-                WHERE conversation_id = :conversation_id
-                  AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)
-                FOR KEY SHARE
-                """
-            ),
-            {"conversation_id": conversation_id, "tenant_id": tenant_id},
-        )
-    ).one_or_none()
+    row = await _POSITION.fetchrow(conn, {"conversation_id": conversation_id, "tenant_id": tenant_id})
     if row is None:
         return None
     return Position(
-        tenant_id=row.tenant_id,
-        last_sequence=int(row.last_sequence),
-        last_round=int(row.last_round),
-        memory_policy=row.memory_policy,
-        backing_off=bool(row.backing_off),
+        tenant_id=row["tenant_id"],
+        last_sequence=int(row["last_sequence"]),
+        last_round=int(row["last_round"]),
+        memory_policy=row["memory_policy"],
+        backing_off=bool(row["backing_off"]),
     )
 
 
@@ -148,7 +144,7 @@ async def update_policy(
     """Store a conversation's new policy parameters. Its wake point goes back to 0, so its next
     round asks the policy, with the new parameters, whether a summary is due."""
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE conversations
             SET memory_policy = CAST(:memory_policy AS jsonb), context_summaries = :context_summaries,
@@ -173,7 +169,7 @@ async def end(conn: AsyncConnection, *, conversation_id: str) -> dict[str, Any]:
     """Mark a (locked) conversation ended, once: a later call keeps the first time."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 WITH c AS (
                     UPDATE conversations SET ended_at = coalesce(ended_at, now())
@@ -192,7 +188,7 @@ async def end(conn: AsyncConnection, *, conversation_id: str) -> dict[str, Any]:
 async def exists(conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None) -> bool:
     """Whether the conversation exists for ``tenant_id`` (None: for any tenant)."""
     found = await conn.scalar(
-        text(
+        sql(
             "SELECT 1 FROM conversations "
             f"WHERE conversation_id = :conversation_id AND {of_tenant('tenant_id', tenant_id)}"
         ),
@@ -214,7 +210,7 @@ async def list_page(
     only those not archived (False), only archived ones (True), or all (None)."""
     which = {False: "c.archived_at IS NULL", True: "c.archived_at IS NOT NULL", None: "TRUE"}[archived]
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT {_LIST_COLUMNS} FROM conversations c
             WHERE tenant_id = :tenant_id AND (CAST(:after AS varchar) IS NULL OR conversation_id > :after)
@@ -236,9 +232,9 @@ async def archive_idle(conn: AsyncConnection, *, older_than_days: float, batch: 
     refused after. Run in a transaction: it gives up on a lock after 100 ms (behind a
     migration's or an operator's table lock, the next tick tries again) rather than hold a
     pooled connection a request may need."""
-    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+    await conn.execute(sql("SET LOCAL lock_timeout = '100ms'"))
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH picked AS (
                 SELECT conversation_id FROM conversations
@@ -267,7 +263,7 @@ async def restore(
     None when the tenant has no such conversation; 'not_archived' when it is not archived."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 WITH c AS (
                     UPDATE conversations SET archived_at = NULL, last_message_at = now()
@@ -291,7 +287,7 @@ async def restore(
 async def failing(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
     """Conversations whose latest summaries failed, the longest streak first."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT c.conversation_id, c.tenant_id, c.summary_failures, c.summary_retry_at,
                    (SELECT m.error FROM memory m
@@ -311,7 +307,7 @@ async def failing(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -
 async def delete(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -> bool:
     """Delete a conversation with its messages and memories (ON DELETE CASCADE)."""
     deleted = await conn.scalar(
-        text(
+        sql(
             "DELETE FROM conversations "
             "WHERE conversation_id = :conversation_id AND tenant_id = :tenant_id "
             "RETURNING 1"

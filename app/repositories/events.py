@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repositories.statements import sql
 
 CHANNEL = "memory_events"
 
@@ -84,7 +85,7 @@ def emit_ctes(source: str, *, prefix: str = "ev") -> str:
     )"""
 
 
-_RECORD = text(
+_RECORD = sql(
     f"""
     WITH reserved AS (
         UPDATE conversations c SET last_event_id = c.last_event_id + 1
@@ -115,7 +116,7 @@ async def record(
     return None if row is None else int(row.event_id)
 
 
-_DELETE_CONVERSATION = text(
+_DELETE_CONVERSATION = sql(
     f"""
     WITH c AS (
         DELETE FROM conversations c
@@ -154,7 +155,7 @@ async def repair_counter(conn: AsyncConnection, *, conversation_id: str) -> None
     was created again while its DELETE (whose event it did not see yet) committed: a statement
     that failed on pk_events runs this, then runs again."""
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE conversations
             SET last_event_id = greatest(last_event_id, (SELECT coalesce(max(event_id), 0) FROM events
@@ -172,7 +173,7 @@ async def after(
     """The tenant's events of a conversation after ``after_id``, oldest first (``data`` as JSON
     text)."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT event_id, type, data::text AS data, created_at
             FROM events
@@ -190,7 +191,7 @@ async def watch(conn: AsyncConnection, *, conversation_ids: list[str], seconds: 
     """Mark conversations watched for ``seconds`` (never shortening a mark): their writes NOTIFY.
     Returns how many exist (a conversation not created yet cannot be marked)."""
     result = await conn.execute(
-        text(
+        sql(
             """
             UPDATE conversations
             SET events_watched_until = greatest(events_watched_until,
@@ -207,7 +208,7 @@ async def expire(conn: AsyncConnection, *, older_than_hours: float, batch: int =
     """Delete up to ``batch`` events older than ``older_than_hours`` (the maintenance loop runs
     this often enough; a batch bounds each run's locks and WAL)."""
     result = await conn.execute(
-        text(
+        sql(
             """
             DELETE FROM events WHERE ctid = ANY(ARRAY(
                 SELECT ctid FROM events

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repositories.statements import sql
 
 
 async def expire(conn: AsyncConnection, *, older_than_hours: float, batch: int = 5000) -> int:
     """Delete keys older than the TTL, a bounded batch at a time (runs on every replica)."""
     result = await conn.execute(
-        text(
+        sql(
             """
             DELETE FROM idempotency_keys WHERE ctid IN (
                 SELECT ctid FROM idempotency_keys

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import MemoryRef, SummaryPlan
@@ -20,6 +19,7 @@ from app.repositories.events import (
     reserve_returning,
 )
 from app.repositories.messages import OUT_COLUMNS
+from app.repositories.statements import Db, Statement, sql
 from app.repositories.tenants import of_tenant
 
 MEMORY_COLUMNS = (
@@ -31,11 +31,13 @@ MEMORY_COLUMNS = (
 
 # The newest row of each status, each one index probe on idx_memory_conversation_status (an
 # ORDER BY over all statuses would read every row of the conversation).
-_NEWEST_BY_STATUS = " UNION ALL ".join(
-    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
+_NEWEST_BY_STATUS = Statement(
+    " UNION ALL ".join(
+        f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
         FROM memory WHERE conversation_id = :conversation_id AND status = '{status}'
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
-    for status in ("completed", "processing", "failed")
+        for status in ("completed", "processing", "failed")
+    )
 )
 
 
@@ -91,68 +93,100 @@ _REF_COLUMNS = (
 )
 
 
-async def shown(conn: AsyncConnection, *, conversation_id: str, limit: int) -> tuple[MemoryRef, ...]:
+_SHOWN = Statement(
+    "WITH RECURSIVE "
+    + chain_cte("chain", _REF_COLUMNS, conversation=":conversation_id", limit=":limit")
+    + " SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens "
+    "FROM chain ORDER BY depth"
+)
+
+
+async def shown(conn: Db, *, conversation_id: str, limit: int) -> tuple[MemoryRef, ...]:
     """The completed summaries the context shows, newest first (chain_cte)."""
-    rows = await conn.execute(
-        text(
-            "WITH RECURSIVE "
-            + chain_cte("chain", _REF_COLUMNS, conversation=":conversation_id", limit=":limit")
-            + " SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens "
-            "FROM chain ORDER BY depth"
-        ),
-        {"conversation_id": conversation_id, "limit": limit},
+    rows = await _SHOWN.fetch(conn, {"conversation_id": conversation_id, "limit": limit})
+    return tuple(MemoryRef(**r) for r in rows)
+
+
+_FOLDED = Statement(
+    "WITH RECURSIVE "
+    + chain_cte(
+        "chain",
+        "m.memory_id, m.start_sequence, m.end_sequence, m.memory_text",
+        conversation=":conversation_id",
+        limit="100000",
+        within="AND m.start_sequence >= :start AND m.end_sequence <= :end",
     )
-    return tuple(MemoryRef(**dict(r._mapping)) for r in rows)
+    + " SELECT start_sequence, end_sequence, memory_text FROM chain ORDER BY depth DESC"
+)
 
 
-async def folded(
-    conn: AsyncConnection, *, conversation_id: str, start: int, end: int
-) -> list[tuple[int, int, str]]:
+async def folded(conn: Db, *, conversation_id: str, start: int, end: int) -> list[tuple[int, int, str]]:
     """The completed summaries a summary of summaries over ``start``-``end`` (sequences) folds:
     the chain within that range, oldest first, as (first sequence, last sequence, text)."""
-    within = "AND m.start_sequence >= :start AND m.end_sequence <= :end"
-    rows = await conn.execute(
-        text(
-            "WITH RECURSIVE "
-            + chain_cte(
-                "chain",
-                "m.memory_id, m.start_sequence, m.end_sequence, m.memory_text",
-                conversation=":conversation_id",
-                limit="100000",
-                within=within,
-            )
-            + " SELECT start_sequence, end_sequence, memory_text FROM chain ORDER BY depth DESC"
-        ),
-        {"conversation_id": conversation_id, "start": start, "end": end},
-    )
-    return [(int(r.start_sequence), int(r.end_sequence), str(r.memory_text)) for r in rows]
+    rows = await _FOLDED.fetch(conn, {"conversation_id": conversation_id, "start": start, "end": end})
+    return [(int(r["start_sequence"]), int(r["end_sequence"]), str(r["memory_text"])) for r in rows]
 
 
-async def covered_tokens(conn: AsyncConnection, *, conversation_id: str, end_sequence: int) -> int:
+_COVERED_TOKENS = Statement(
+    "SELECT tokens_before + tokens AS tokens FROM messages "
+    "WHERE conversation_id = :conversation_id AND sequence = :sequence"
+)
+
+
+async def covered_tokens(conn: Db, *, conversation_id: str, end_sequence: int) -> int:
     """Tokens of the messages up to ``end_sequence`` (one index probe)."""
-    found = await conn.scalar(
-        text(
-            "SELECT tokens_before + tokens FROM messages "
-            "WHERE conversation_id = :conversation_id AND sequence = :sequence"
-        ),
-        {"conversation_id": conversation_id, "sequence": end_sequence},
+    found = await _COVERED_TOKENS.fetchrow(
+        conn, {"conversation_id": conversation_id, "sequence": end_sequence}
     )
-    return int(found or 0)
+    return 0 if found is None else int(found["tokens"] or 0)
 
 
-async def newest_refs(
-    conn: AsyncConnection, *, conversation_id: str
-) -> tuple[MemoryRef | None, MemoryRef | None]:
+async def newest_refs(conn: Db, *, conversation_id: str) -> tuple[MemoryRef | None, MemoryRef | None]:
     """(the latest completed memory, the memory with the newest range whatever its status)."""
-    rows = await conn.execute(text(_NEWEST_BY_STATUS), {"conversation_id": conversation_id})
-    refs = [MemoryRef(**dict(r._mapping)) for r in rows]
+    rows = await _NEWEST_BY_STATUS.fetch(conn, {"conversation_id": conversation_id})
+    refs = [MemoryRef(**r) for r in rows]
     latest = next((r for r in refs if r.status == "completed"), None)
     newest = max(refs, key=lambda r: (r.end_sequence, r.memory_id), default=None)
     return latest, newest
 
 
+_INSERT_PROCESSING = Statement(
+    f"""
+    WITH bounds AS (
+        SELECT
+            coalesce((SELECT sequence + 1 FROM messages
+                      WHERE conversation_id = :conversation_id AND round < :start_round
+                      ORDER BY sequence DESC LIMIT 1), 0) AS start_sequence,
+            coalesce((SELECT sequence + 1 FROM messages
+                      WHERE conversation_id = :conversation_id AND round < :input_round
+                      ORDER BY sequence DESC LIMIT 1), 0) AS input_start_sequence,
+            (SELECT sequence FROM messages
+             WHERE conversation_id = :conversation_id AND round <= :end_round
+             ORDER BY sequence DESC LIMIT 1) AS end_sequence
+    ), inserted AS (
+    INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence,
+                        start_round, end_round, input_start_sequence, base_memory_id,
+                        status, lease_expires_at, attempts, input_tokens, from_at, to_at)
+    SELECT CAST(:conversation_id AS varchar), '', :kind, b.start_sequence, b.end_sequence,
+           :start_round, :end_round, b.input_start_sequence, :base, 'processing',
+           now() + make_interval(secs => CAST(:lease AS double precision)),
+           CASE WHEN CAST(:lease AS double precision) IS NULL THEN 0 ELSE 1 END,
+           e.tokens_before + e.tokens - f.tokens_before, f.created_at, e.created_at
+    FROM bounds b
+    JOIN messages f ON f.conversation_id = :conversation_id AND f.sequence = b.start_sequence
+    JOIN messages e ON e.conversation_id = :conversation_id AND e.sequence = b.end_sequence
+    WHERE NOT EXISTS (SELECT 1 FROM memory
+                      WHERE conversation_id = :conversation_id AND status = 'processing')
+    ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
+    RETURNING {MEMORY_COLUMNS}
+    ), {_started_events("inserted", retry=False)}
+    SELECT {MEMORY_COLUMNS} FROM inserted WHERE {NOTIFIED}
+    """
+)
+
+
 async def insert_processing(
-    conn: AsyncConnection,
+    conn: Db,
     *,
     conversation_id: str,
     plan: SummaryPlan,
@@ -169,67 +203,80 @@ async def insert_processing(
     no task. The NOT EXISTS pre-check only spares a memory_id (a sequence value) in the common,
     race-free case, so ids stay consecutive.
     """
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                WITH bounds AS (
-                    SELECT
-                        coalesce((SELECT sequence + 1 FROM messages
-                                  WHERE conversation_id = :conversation_id AND round < :start_round
-                                  ORDER BY sequence DESC LIMIT 1), 0) AS start_sequence,
-                        coalesce((SELECT sequence + 1 FROM messages
-                                  WHERE conversation_id = :conversation_id AND round < :input_round
-                                  ORDER BY sequence DESC LIMIT 1), 0) AS input_start_sequence,
-                        (SELECT sequence FROM messages
-                         WHERE conversation_id = :conversation_id AND round <= :end_round
-                         ORDER BY sequence DESC LIMIT 1) AS end_sequence
-                ), inserted AS (
-                INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence,
-                                    start_round, end_round, input_start_sequence, base_memory_id,
-                                    status, lease_expires_at, attempts, input_tokens, from_at, to_at)
-                SELECT CAST(:conversation_id AS varchar), '', :kind, b.start_sequence, b.end_sequence,
-                       :start_round, :end_round, b.input_start_sequence, :base, 'processing',
-                       now() + make_interval(secs => CAST(:lease AS double precision)),
-                       CASE WHEN CAST(:lease AS double precision) IS NULL THEN 0 ELSE 1 END,
-                       e.tokens_before + e.tokens - f.tokens_before, f.created_at, e.created_at
-                FROM bounds b
-                JOIN messages f ON f.conversation_id = :conversation_id AND f.sequence = b.start_sequence
-                JOIN messages e ON e.conversation_id = :conversation_id AND e.sequence = b.end_sequence
-                WHERE NOT EXISTS (SELECT 1 FROM memory
-                                  WHERE conversation_id = :conversation_id AND status = 'processing')
-                ON CONFLICT (conversation_id) WHERE status = 'processing' DO NOTHING
-                RETURNING {MEMORY_COLUMNS}
-                ), {_started_events("inserted", retry=False)}
-                SELECT {MEMORY_COLUMNS} FROM inserted WHERE {NOTIFIED}
-                """
-            ),
-            {
-                "conversation_id": conversation_id,
-                "kind": plan.kind,
-                "start_round": plan.start_round,
-                "end_round": plan.end_round,
-                "input_round": plan.input_start_round,
-                "base": plan.base_memory_id,
-                "lease": lease_seconds,
-            },
-        )
-    ).one_or_none()
-    return None if row is None else dict(row._mapping)
+    row = await _INSERT_PROCESSING.fetchrow(
+        conn,
+        {
+            "conversation_id": conversation_id,
+            "kind": plan.kind,
+            "start_round": plan.start_round,
+            "end_round": plan.end_round,
+            "input_round": plan.input_start_round,
+            "base": plan.base_memory_id,
+            "lease": lease_seconds,
+        },
+    )
+    return None if row is None else dict(row)
 
 
-async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None:
-    row = (
-        await conn.execute(
-            text(f"SELECT {MEMORY_COLUMNS} FROM memory WHERE memory_id = :memory_id"),
-            {"memory_id": memory_id},
+_GET = Statement(f"SELECT {MEMORY_COLUMNS} FROM memory WHERE memory_id = :memory_id")
+
+
+async def get(conn: Db, *, memory_id: int) -> dict[str, Any] | None:
+    row = await _GET.fetchrow(conn, {"memory_id": memory_id})
+    return None if row is None else dict(row)
+
+
+_COMPLETE = Statement(
+    f"""
+    WITH done AS (
+        UPDATE memory
+        SET status = 'completed', memory_text = :memory_text, tokens = :tokens,
+            generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
+            error = NULL
+        WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
+        RETURNING memory_id, kind, conversation_id, input_start_sequence, start_sequence,
+                  end_sequence, completed_at, tokens, input_tokens, generation_time_ms
+    ), reserved AS (
+        -- Ends the failure streak; a compression also reports its tokens saved.
+        UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL,
+            last_event_id = c.last_event_id
+                + CASE WHEN done.kind = 'compression' THEN 2 ELSE 1 END
+        FROM done WHERE c.conversation_id = done.conversation_id
+        RETURNING c.conversation_id, c.tenant_id, c.last_event_id AS last_id,
+                  coalesce(c.events_watched_until > now(), false) AS watched
+    ), source AS (
+        SELECT r.conversation_id, r.tenant_id,
+               r.last_id - CASE WHEN d.kind = 'compression' THEN 1 ELSE 0 END AS event_id,
+               '{SUMMARY_COMPLETED}' AS type,
+               {_summary_data("d", tokens="d.tokens", generation_time_ms="d.generation_time_ms")}
+                   AS data, r.watched
+        FROM reserved r JOIN done d USING (conversation_id)
+        UNION ALL
+        SELECT r.conversation_id, r.tenant_id, r.last_id, '{COMPRESSED}',
+               {
+        _summary_data(
+            "d",
+            original_tokens="d.input_tokens",
+            tokens="d.tokens",
+            tokens_saved="d.input_tokens - d.tokens",
         )
-    ).one_or_none()
-    return None if row is None else dict(row._mapping)
+    },
+               r.watched
+        FROM reserved r JOIN done d USING (conversation_id)
+        WHERE d.kind = 'compression'
+    ), {emit_ctes("source")}
+    SELECT extract(epoch FROM done.completed_at - min(m.created_at)) AS lag
+    FROM done
+    LEFT JOIN messages m ON m.conversation_id = done.conversation_id
+        AND m.sequence BETWEEN done.input_start_sequence AND done.end_sequence
+    WHERE {NOTIFIED}
+    GROUP BY done.completed_at, m.round
+    """
+)
 
 
 async def complete(
-    conn: AsyncConnection,
+    conn: Db,
     *,
     memory_id: int,
     attempt: int,
@@ -242,67 +289,19 @@ async def complete(
     since ``attempt`` (its lease expired): the result is discarded. Else the summary lag of each
     round it newly covers (the rounds of its input messages): seconds from the round's POST to
     this completion, by the database's clock."""
-    rows = (
-        await conn.execute(
-            text(
-                f"""
-                WITH done AS (
-                    UPDATE memory
-                    SET status = 'completed', memory_text = :memory_text, tokens = :tokens,
-                        generation_time_ms = :ms, completed_at = now(), lease_expires_at = NULL,
-                        error = NULL
-                    WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-                    RETURNING memory_id, kind, conversation_id, input_start_sequence, start_sequence,
-                              end_sequence, completed_at, tokens, input_tokens, generation_time_ms
-                ), reserved AS (
-                    -- Ends the failure streak; a compression also reports its tokens saved.
-                    UPDATE conversations c SET summary_failures = 0, summary_retry_at = NULL,
-                        last_event_id = c.last_event_id
-                            + CASE WHEN done.kind = 'compression' THEN 2 ELSE 1 END
-                    FROM done WHERE c.conversation_id = done.conversation_id
-                    RETURNING c.conversation_id, c.tenant_id, c.last_event_id AS last_id,
-                              coalesce(c.events_watched_until > now(), false) AS watched
-                ), source AS (
-                    SELECT r.conversation_id, r.tenant_id,
-                           r.last_id - CASE WHEN d.kind = 'compression' THEN 1 ELSE 0 END AS event_id,
-                           '{SUMMARY_COMPLETED}' AS type,
-                           {_summary_data("d", tokens="d.tokens", generation_time_ms="d.generation_time_ms")}
-                               AS data, r.watched
-                    FROM reserved r JOIN done d USING (conversation_id)
-                    UNION ALL
-                    SELECT r.conversation_id, r.tenant_id, r.last_id, '{COMPRESSED}',
-                           {
-                    _summary_data(
-                        "d",
-                        original_tokens="d.input_tokens",
-                        tokens="d.tokens",
-                        tokens_saved="d.input_tokens - d.tokens",
-                    )
-                },
-                           r.watched
-                    FROM reserved r JOIN done d USING (conversation_id)
-                    WHERE d.kind = 'compression'
-                ), {emit_ctes("source")}
-                SELECT extract(epoch FROM done.completed_at - min(m.created_at)) AS lag
-                FROM done
-                LEFT JOIN messages m ON m.conversation_id = done.conversation_id
-                    AND m.sequence BETWEEN done.input_start_sequence AND done.end_sequence
-                WHERE {NOTIFIED}
-                GROUP BY done.completed_at, m.round
-                """
-            ),
-            {
-                "memory_id": memory_id,
-                "attempt": attempt,
-                "memory_text": memory_text,
-                "tokens": tokens,
-                "ms": generation_time_ms,
-            },
-        )
-    ).all()
+    rows = await _COMPLETE.fetch(
+        conn,
+        {
+            "memory_id": memory_id,
+            "attempt": attempt,
+            "memory_text": memory_text,
+            "tokens": tokens,
+            "ms": generation_time_ms,
+        },
+    )
     if not rows:
         return None
-    return [float(r.lag) for r in rows if r.lag is not None]
+    return [float(r["lag"]) for r in rows if r["lag"] is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +365,7 @@ async def fail(
     """Mark a processing row failed (unless another runner claimed it since ``attempt``); the
     conversation's failure streak grows and its next summary waits."""
     done = await conn.scalar(
-        text(
+        sql(
             f"""
             WITH failed AS (
                 UPDATE memory
@@ -394,7 +393,7 @@ async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> boo
     """Give an owned row back to the queue (this runner is shutting down): another runner
     claims it at once, and the attempt is not counted."""
     done = await conn.scalar(
-        text(
+        sql(
             """
             UPDATE memory SET lease_expires_at = NULL, attempts = attempts - 1
             WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
@@ -408,7 +407,7 @@ async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> boo
 
 async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float) -> int:
     result = await conn.execute(
-        text(
+        sql(
             """
             UPDATE memory SET lease_expires_at = now() + make_interval(secs => :lease)
             WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
@@ -426,7 +425,7 @@ async def reap_expired(conn: AsyncConnection, *, backoff: Backoff, max_attempts:
     (app.repositories.work). Safe to run from every replica at once: each row moves once, and
     rows whose owner renews its lease are untouched."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             WITH failed AS (
                 UPDATE memory
@@ -453,7 +452,7 @@ async def restart_failed(
     the tenant (None: any tenant) has no such memory; its status when it is not failed; or
     'busy' when the conversation already has a summary processing."""
     owned = await conn.scalar(
-        text(
+        sql(
             f"""
             SELECT m.status FROM memory m JOIN conversations c USING (conversation_id)
             WHERE m.memory_id = :memory_id AND {of_tenant("c.tenant_id", tenant_id)}
@@ -467,7 +466,7 @@ async def restart_failed(
         return str(owned)
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 WITH restarted AS (
                 UPDATE memory
@@ -681,7 +680,7 @@ _WITHIN_CAP = (
 # Seed 003's getStats, from the context read's pieces: the conversation's running totals and the
 # summaries it shows (chain_cte, as CONTEXT_SQL), with the entries up to the newest one's end
 # counted as compressed. Each value is an index probe: the cost does not grow with history.
-STATS_SQL = text(
+STATS_SQL = sql(
     f"""
     WITH RECURSIVE conv AS (
         SELECT next_sequence, next_tokens, context_summaries, context_max_summary_tokens,
@@ -757,7 +756,7 @@ async def chain(conn: AsyncConnection, *, conversation_id: str) -> list[dict[str
     """Seed 004's version-chain query: every memory with its base's end sequence, and whether the
     context shows it (chain_cte; the others stay here for audit)."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             WITH RECURSIVE {_CHAIN_OF_ONE}
             SELECT m.memory_id, m.kind, m.start_sequence, m.end_sequence, m.start_round, m.end_round,
@@ -782,7 +781,7 @@ async def stuck(
     """Seed 004's stuck-task query, with the lease so ops can tell dead workers from slow ones
     (of one tenant, or of all with ``tenant_id`` None)."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT m.conversation_id, c.tenant_id, m.memory_id, m.created_at, m.lease_expires_at,
                    extract(epoch FROM now() - m.created_at) AS age_seconds
@@ -799,7 +798,7 @@ async def stuck(
 
 async def failures(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> list[dict[str, Any]]:
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT m.conversation_id, c.tenant_id, m.memory_id, m.start_sequence, m.end_sequence,
                    m.created_at, m.completed_at, m.attempts, m.error
@@ -819,7 +818,7 @@ async def window_progression(
 ) -> list[dict[str, Any]]:
     """Seed 004's sliding-window progression query."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT m.conversation_id, c.tenant_id, m.memory_id, m.start_sequence, m.end_sequence,
                    m.end_sequence - m.start_sequence + 1 AS window_size, m.generation_time_ms
@@ -838,7 +837,7 @@ async def generation_stats(conn: AsyncConnection, *, tenant_id: str | None) -> d
     """Seed 004's average-summarization-time query, plus p50/p95."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 SELECT AVG(m.generation_time_ms)::float AS avg_ms,
                        MAX(m.generation_time_ms) AS max_ms,

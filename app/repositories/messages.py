@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import Content, Message
+from app.repositories.statements import Db, Statement, sql
 
 # Columns a message is returned with, in order (the append and the context read build the same
 # shape in SQL: OUT_COLUMNS).
@@ -51,73 +51,66 @@ class NewMessage:
         return posted
 
 
-async def between(conn: AsyncConnection, *, conversation_id: str, start: int, end: int) -> list[Message]:
+_BETWEEN = Statement(
+    """
+    SELECT sequence, round, role, content, kind, name, tool_calls, tool_call_id FROM messages
+    WHERE conversation_id = :conversation_id AND sequence BETWEEN :start AND :end
+    ORDER BY sequence
+    """
+)
+
+
+async def between(conn: Db, *, conversation_id: str, start: int, end: int) -> list[Message]:
     """Messages with start <= sequence <= end, oldest first."""
-    rows = await conn.execute(
-        text(
-            """
-            SELECT sequence, round, role, content, kind, name, tool_calls, tool_call_id FROM messages
-            WHERE conversation_id = :conversation_id AND sequence BETWEEN :start AND :end
-            ORDER BY sequence
-            """
-        ),
-        {"conversation_id": conversation_id, "start": start, "end": end},
-    )
-    return [
-        Message(
-            sequence=r.sequence,
-            round=r.round,
-            role=r.role,
-            content=r.content,
-            kind=r.kind,
-            name=r.name,
-            tool_calls=r.tool_calls,
-            tool_call_id=r.tool_call_id,
-        )
-        for r in rows
-    ]
+    rows = await _BETWEEN.fetch(conn, {"conversation_id": conversation_id, "start": start, "end": end})
+    return [Message(**r) for r in rows]
+
+
+_ROUND_STARTS = Statement(
+    """
+    SELECT round, sequence FROM messages
+    WHERE conversation_id = :conversation_id AND boundary AND sequence <= :last
+      AND sequence >= coalesce((SELECT max(sequence) FROM messages
+                                WHERE conversation_id = :conversation_id AND boundary
+                                  AND sequence <= :lowest), 0)
+    ORDER BY sequence
+    """
+)
 
 
 async def round_starts(
-    conn: AsyncConnection, *, conversation_id: str, lookback: int, last_sequence: int
+    conn: Db, *, conversation_id: str, lookback: int, last_sequence: int
 ) -> tuple[tuple[int, int], ...]:
     """(round, first sequence) of every boundary (the start of a round where a window may
     start: no tool call before it waits for a result at or after it) within the last
     ``lookback`` messages up to ``last_sequence``, and of the last boundary before them, oldest
     first. Index range scans of the boundaries."""
-    rows = await conn.execute(
-        text(
-            """
-            SELECT round, sequence FROM messages
-            WHERE conversation_id = :conversation_id AND boundary AND sequence <= :last
-              AND sequence >= coalesce((SELECT max(sequence) FROM messages
-                                        WHERE conversation_id = :conversation_id AND boundary
-                                          AND sequence <= :lowest), 0)
-            ORDER BY sequence
-            """
-        ),
+    rows = await _ROUND_STARTS.fetch(
+        conn,
         {"conversation_id": conversation_id, "lowest": last_sequence - lookback + 1, "last": last_sequence},
     )
-    return tuple((int(r.round), int(r.sequence)) for r in rows)
+    return tuple((int(r["round"]), int(r["sequence"])) for r in rows)
+
+
+_BOUNDARIES_AFTER = Statement(
+    """
+    SELECT round, sequence FROM messages
+    WHERE conversation_id = :conversation_id AND boundary AND round > :after
+    ORDER BY round
+    LIMIT :limit
+    """
+)
 
 
 async def boundaries_after(
-    conn: AsyncConnection, *, conversation_id: str, after_round: int, limit: int
+    conn: Db, *, conversation_id: str, after_round: int, limit: int
 ) -> tuple[tuple[int, int], ...]:
     """(round, first sequence) of the first ``limit`` boundaries after round ``after_round``
     (where a window may start), oldest first; an index probe (ix_messages_boundary_round)."""
-    rows = await conn.execute(
-        text(
-            """
-            SELECT round, sequence FROM messages
-            WHERE conversation_id = :conversation_id AND boundary AND round > :after
-            ORDER BY round
-            LIMIT :limit
-            """
-        ),
-        {"conversation_id": conversation_id, "after": after_round, "limit": limit},
+    rows = await _BOUNDARIES_AFTER.fetch(
+        conn, {"conversation_id": conversation_id, "after": after_round, "limit": limit}
     )
-    return tuple((int(r.round), int(r.sequence)) for r in rows)
+    return tuple((int(r["round"]), int(r["sequence"])) for r in rows)
 
 
 async def page(
@@ -128,7 +121,7 @@ async def page(
 
     Sizes come from content_bytes, so only the messages returned are read in full."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             WITH candidates AS (
                 SELECT sequence, content_bytes FROM messages

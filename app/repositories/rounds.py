@@ -23,18 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import asyncpg
 import orjson
-from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db import classify_db_error
 from app.memory.types import ContextSpec, Wake
 from app.repositories.events import ENTRY_ADDED, emit_ctes
 from app.repositories.messages import OUT_COLUMNS, NewMessage
+from app.repositories.statements import driver, sql
 
-APPEND_SQL = text(
+APPEND_SQL = sql(
     f"""
     WITH prior AS (
         SELECT response::text AS body, request_hash FROM idempotency_keys
@@ -164,7 +162,7 @@ _APPEND_ASYNCPG = str(_COMPILED_APPEND)
 _APPEND_ORDER: tuple[str, ...] = tuple(_COMPILED_APPEND.positiontup or ())
 
 # Why the append stored nothing: another tenant owns the id, or the merged metadata is too big.
-_REFUSED = text(
+_REFUSED = sql(
     """
     SELECT owner.tenant_id AS owner, owner.open_tool_calls AS open_calls,
            CASE WHEN owner.archived_at IS NOT NULL THEN 'archived'
@@ -272,19 +270,8 @@ async def append(
     The statement goes to asyncpg directly, so the engine's error hook does not see its errors:
     a connection that is lost or whose statement timed out is invalidated here, as that hook
     would (app.db._on_engine_error), and asyncpg's exception is raised as is."""
-    driver: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
-    args = [params[name] for name in _APPEND_ORDER]
-    try:
-        if transaction:
-            async with driver.transaction():
-                row = await driver.fetchrow(_APPEND_ASYNCPG, *args)
-        else:
-            row = await driver.fetchrow(_APPEND_ASYNCPG, *args)
-    except Exception as exc:
-        failure = classify_db_error(exc)
-        if failure is not None and (failure.connection_lost or isinstance(failure.cause, TimeoutError)):
-            await conn.invalidate()
-        raise
+    async with driver(conn, transaction=transaction) as raw:
+        row = await raw.fetchrow(_APPEND_ASYNCPG, *[params[name] for name in _APPEND_ORDER])
     if row is not None:
         return Appended(outcome=row["outcome"], body=row["body"], summary_due=bool(row["summary_due"]))
     refused = (
@@ -321,7 +308,7 @@ async def tool_call_problems(
 ) -> ToolCallProblems:
     """After the append failed on a key of tool_calls or tool_results: which ids were at fault."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT c.call_id, r.call_id IS NOT NULL AS answered
             FROM tool_calls c LEFT JOIN tool_results r USING (conversation_id, call_id)

@@ -10,11 +10,11 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.transfer import ImportPlan
 from app.memory.types import ContextSpec, Wake
+from app.repositories.statements import sql
 
 FORMAT = "memory-service.conversation"
 VERSION = 1
@@ -28,7 +28,7 @@ def _ts(column: str) -> str:
 
 # The document, built by PostgreSQL in one statement (one snapshot): content, tool calls and
 # metadata are the stored json text, so they come out exactly as posted.
-_EXPORT = text(
+_EXPORT = sql(
     f"""
     WITH conv AS (
         SELECT conversation_id, created_at, memory_policy, metadata, user_id, ended_at FROM conversations
@@ -70,7 +70,7 @@ async def size(conn: AsyncConnection, *, conversation_id: str, tenant_id: str) -
     """(entries, memory rows) of the conversation, or None when the tenant has no such one."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 SELECT c.next_sequence,
                        (SELECT count(*) FROM memory m WHERE m.conversation_id = c.conversation_id) AS rows
@@ -117,7 +117,7 @@ async def insert_conversation(
     point is 0 (ask the policy at once) until the import settles it."""
     inserted = (
         await conn.execute(
-            text(
+            sql(
                 """
                 INSERT INTO conversations (conversation_id, tenant_id, created_at, metadata, memory_policy,
                                            context_summaries, context_recent_rounds,
@@ -215,7 +215,7 @@ async def insert_entries(
     for table, pairs in (("tool_calls", plan.calls), ("tool_results", plan.results)):
         if pairs:
             await conn.execute(
-                text(
+                sql(
                     f"INSERT INTO {table} (conversation_id, call_id, sequence) "
                     "SELECT :conversation_id, t.call_id, t.sequence "
                     "FROM unnest(CAST(:ids AS varchar[]), CAST(:sequences AS int[])) AS t(call_id, sequence)"
@@ -231,7 +231,7 @@ async def insert_entries(
 async def new_memory_ids(conn: AsyncConnection, *, count: int) -> list[int]:
     """``count`` fresh memory ids from the table's sequence, ascending."""
     rows = await conn.execute(
-        text("SELECT nextval(pg_get_serial_sequence('memory', 'memory_id')) FROM generate_series(1, :n)"),
+        sql("SELECT nextval(pg_get_serial_sequence('memory', 'memory_id')) FROM generate_series(1, :n)"),
         {"n": count},
     )
     return sorted(int(r[0]) for r in rows)
@@ -245,7 +245,7 @@ async def insert_memories(
     if not rows:
         return
     await conn.execute(
-        text(
+        sql(
             """
             INSERT INTO memory (memory_id, conversation_id, memory_text, kind, status, start_sequence,
                                 end_sequence, start_round, end_round, input_start_sequence, base_memory_id,
@@ -295,7 +295,7 @@ async def insert_memories(
 async def mark_due(conn: AsyncConnection, *, conversation_id: str) -> None:
     """A summary of the conversation is due now: any runner claims it and asks its policy."""
     await conn.execute(
-        text("UPDATE conversations SET summary_due_at = now() WHERE conversation_id = :conversation_id"),
+        sql("UPDATE conversations SET summary_due_at = now() WHERE conversation_id = :conversation_id"),
         {"conversation_id": conversation_id},
     )
 
@@ -320,18 +320,16 @@ async def clear(conn: AsyncConnection, *, conversation_id: str, wake: Wake) -> C
     params = {"conversation_id": conversation_id}
     rows = (
         await conn.execute(
-            text("DELETE FROM memory WHERE conversation_id = :conversation_id RETURNING memory_id, status"),
+            sql("DELETE FROM memory WHERE conversation_id = :conversation_id RETURNING memory_id, status"),
             params,
         )
     ).all()
-    await conn.execute(text("DELETE FROM tool_results WHERE conversation_id = :conversation_id"), params)
-    await conn.execute(text("DELETE FROM tool_calls WHERE conversation_id = :conversation_id"), params)
-    entries = await conn.execute(
-        text("DELETE FROM messages WHERE conversation_id = :conversation_id"), params
-    )
-    await conn.execute(text("DELETE FROM idempotency_keys WHERE conversation_id = :conversation_id"), params)
+    await conn.execute(sql("DELETE FROM tool_results WHERE conversation_id = :conversation_id"), params)
+    await conn.execute(sql("DELETE FROM tool_calls WHERE conversation_id = :conversation_id"), params)
+    entries = await conn.execute(sql("DELETE FROM messages WHERE conversation_id = :conversation_id"), params)
+    await conn.execute(sql("DELETE FROM idempotency_keys WHERE conversation_id = :conversation_id"), params)
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE conversations
             SET next_sequence = 0, next_round = 0, next_tokens = 0, open_tool_calls = 0,

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repositories.memory import Backoff, retry_delay_sql
+from app.repositories.statements import Db, Statement, sql
 from app.repositories.work import claim_rows_sql
 
 USER_MEMORY_COLUMNS = (
@@ -38,18 +38,18 @@ class UserWork:
     memory_id: int | None
 
 
-async def mark_due(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> None:
+_MARK_DUE = Statement(
+    """
+    INSERT INTO users (tenant_id, user_id, summary_due_at) VALUES (:tenant_id, :user_id, now())
+    ON CONFLICT (tenant_id, user_id)
+        DO UPDATE SET summary_due_at = coalesce(users.summary_due_at, now())
+    """
+)
+
+
+async def mark_due(conn: Db, *, tenant_id: str, user_id: str) -> None:
     """The user's summary is due now (an earlier mark keeps its time)."""
-    await conn.execute(
-        text(
-            """
-            INSERT INTO users (tenant_id, user_id, summary_due_at) VALUES (:tenant_id, :user_id, now())
-            ON CONFLICT (tenant_id, user_id)
-                DO UPDATE SET summary_due_at = coalesce(users.summary_due_at, now())
-            """
-        ),
-        {"tenant_id": tenant_id, "user_id": user_id},
-    )
+    await _MARK_DUE.execute(conn, {"tenant_id": tenant_id, "user_id": user_id})
 
 
 async def candidates(
@@ -57,7 +57,7 @@ async def candidates(
 ) -> list[UserWork]:
     """Queued or abandoned 'processing' rows and due users without one, oldest first."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT * FROM (
                 SELECT m.tenant_id, m.user_id, m.memory_id,
@@ -89,7 +89,7 @@ async def claim_rows(
 ) -> set[int]:
     """Own queued or abandoned rows (app.repositories.work.claim_rows, for user_memory)."""
     rows = await conn.execute(
-        text(claim_rows_sql("user_memory")),
+        sql(claim_rows_sql("user_memory")),
         {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
     )
     return {int(r.memory_id) for r in rows}
@@ -102,7 +102,7 @@ async def start_due(
     'processing' row on the latest completed one (owned with ``lease_seconds``, else queued) and
     clear the mark. None when the user is not due, is locked, or has a row processing."""
     due = await conn.scalar(
-        text(
+        sql(
             f"""
             SELECT 1 FROM users u
             WHERE tenant_id = :tenant_id AND user_id = :user_id AND summary_due_at <= now()
@@ -117,7 +117,7 @@ async def start_due(
         return None
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 INSERT INTO user_memory (tenant_id, user_id, base_memory_id, status, lease_expires_at,
                                          attempts)
@@ -136,7 +136,7 @@ async def start_due(
     if row is None:
         return None
     await conn.execute(
-        text("UPDATE users SET summary_due_at = NULL WHERE tenant_id = :tenant_id AND user_id = :user_id"),
+        sql("UPDATE users SET summary_due_at = NULL WHERE tenant_id = :tenant_id AND user_id = :user_id"),
         {"tenant_id": tenant_id, "user_id": user_id},
     )
     return dict(row._mapping)
@@ -145,7 +145,7 @@ async def start_due(
 async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None:
     row = (
         await conn.execute(
-            text(f"SELECT {USER_MEMORY_COLUMNS} FROM user_memory WHERE memory_id = :memory_id"),
+            sql(f"SELECT {USER_MEMORY_COLUMNS} FROM user_memory WHERE memory_id = :memory_id"),
             {"memory_id": memory_id},
         )
     ).one_or_none()
@@ -154,7 +154,7 @@ async def get(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None
 
 async def base_text(conn: AsyncConnection, *, tenant_id: str, user_id: str, memory_id: int) -> str | None:
     found = await conn.scalar(
-        text(
+        sql(
             "SELECT memory_text FROM user_memory "
             "WHERE tenant_id = :tenant_id AND user_id = :user_id AND memory_id = :memory_id"
         ),
@@ -169,7 +169,7 @@ async def recent_conversations(
     """The user's ``limit`` most recently active conversations, newest first, each with the
     summary its context shows (the newest completed within its cap) and its message count."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT c.conversation_id, c.ended_at, c.last_message_at, c.next_sequence - 1 AS last_sequence,
                    s.memory_id, s.memory_text, s.end_sequence
@@ -202,7 +202,7 @@ async def complete(
     """Mark an owned row completed; None when it is no longer ours (reaped, or claimed again)."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 UPDATE user_memory
                 SET status = 'completed', memory_text = :memory_text, sources = CAST(:sources AS jsonb),
@@ -230,7 +230,7 @@ async def fail(
 ) -> bool:
     """Mark an owned row failed; the user's next trigger (a conversation advancing) tries again."""
     done = await conn.scalar(
-        text(
+        sql(
             """
             UPDATE user_memory
             SET status = 'failed', error = :error, generation_time_ms = :ms, completed_at = now(),
@@ -247,7 +247,7 @@ async def fail(
 async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> bool:
     """Give an owned row back to the queue (shutting down); the attempt is not counted."""
     done = await conn.scalar(
-        text(
+        sql(
             """
             UPDATE user_memory SET lease_expires_at = NULL, attempts = attempts - 1
             WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
@@ -261,7 +261,7 @@ async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> boo
 
 async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float) -> None:
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE user_memory SET lease_expires_at = now() + make_interval(secs => :lease)
             WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
@@ -276,9 +276,9 @@ async def reap_expired(conn: AsyncConnection, *, max_attempts: int) -> list[dict
     """Fail rows whose lease expired on their last attempt (their runners died); the others are
     claimed again. Safe from every replica at once. Run in a transaction: it gives up on a lock
     after 100 ms (the next tick tries again)."""
-    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+    await conn.execute(sql("SET LOCAL lock_timeout = '100ms'"))
     rows = await conn.execute(
-        text(
+        sql(
             """
             UPDATE user_memory
             SET status = 'failed', completed_at = now(), lease_expires_at = NULL,
@@ -298,7 +298,7 @@ async def conversation_gone(conn: AsyncConnection, *, tenant_id: str, user_id: s
     summaries. With no conversation of the user left, the user and every summary go (True);
     else a new summary is due (False)."""
     gone = await conn.execute(
-        text(
+        sql(
             """
             DELETE FROM users
             WHERE tenant_id = :tenant_id AND user_id = :user_id
@@ -318,7 +318,7 @@ async def context(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> dic
     a user with neither a conversation nor a summary."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 f"""
                 SELECT
                     (SELECT row_to_json(s) FROM (
@@ -348,7 +348,7 @@ async def context(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> dic
 async def chain(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
     """Every cross-conversation summary of the user, newest first (the version chain)."""
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             SELECT {USER_MEMORY_COLUMNS} FROM user_memory
             WHERE tenant_id = :tenant_id AND user_id = :user_id

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repositories.statements import sql
 
 # At most this many endpoints per tenant.
 MAX_PER_TENANT = 10
@@ -24,12 +25,12 @@ async def create(conn: AsyncConnection, *, tenant_id: str, url: str, secret: str
     transaction: the tenant's lock, held until the transaction ends, makes concurrent creations
     count one after another (READ COMMITTED: each count sees the rows committed before it)."""
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock(hashtext('webhooks'), hashtext(:tenant_id))"),
+        sql("SELECT pg_advisory_xact_lock(hashtext('webhooks'), hashtext(:tenant_id))"),
         {"tenant_id": tenant_id},
     )
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 INSERT INTO webhooks (tenant_id, url, secret)
                 SELECT CAST(:tenant_id AS varchar), CAST(:url AS varchar), CAST(:secret AS varchar)
@@ -45,7 +46,7 @@ async def create(conn: AsyncConnection, *, tenant_id: str, url: str, secret: str
 
 async def list_for(conn: AsyncConnection, *, tenant_id: str) -> list[dict[str, Any]]:
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT webhook_id, url, created_at FROM webhooks "
             "WHERE tenant_id = :tenant_id ORDER BY webhook_id"
         ),
@@ -57,7 +58,7 @@ async def list_for(conn: AsyncConnection, *, tenant_id: str) -> list[dict[str, A
 async def delete(conn: AsyncConnection, *, tenant_id: str, webhook_id: int) -> bool:
     """Delete an endpoint and its deliveries (pending ones are not sent)."""
     found = await conn.scalar(
-        text(
+        sql(
             """
             WITH gone AS (
                 DELETE FROM webhooks WHERE webhook_id = :webhook_id AND tenant_id = :tenant_id
@@ -92,7 +93,7 @@ async def claim(conn: AsyncConnection, *, limit: int, lease_seconds: float) -> l
     """Claim up to ``limit`` due deliveries, oldest due first; rows another sender holds are
     skipped. Deliveries of expired events are dropped."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH due AS (
                 SELECT conversation_id, event_id, webhook_id FROM webhook_deliveries
@@ -148,7 +149,7 @@ def _key(delivery: Delivery) -> dict[str, Any]:
 
 async def delivered(conn: AsyncConnection, *, delivery: Delivery) -> None:
     await conn.execute(
-        text(
+        sql(
             f"""
             UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), last_error = NULL
             WHERE {_KEY} AND attempts = :attempt AND status = 'pending'
@@ -170,7 +171,7 @@ async def failed(
     """Record a failed attempt: due again after backoff * 2^(attempt-1) (capped), or dead after
     ``max_attempts``. Returns whether it is dead."""
     dead = await conn.scalar(
-        text(
+        sql(
             f"""
             UPDATE webhook_deliveries
             SET status = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'pending' END,
@@ -196,7 +197,7 @@ async def dead(conn: AsyncConnection, *, tenant_id: str | None, limit: int) -> l
     """The tenant's dead deliveries (the dead-letter view), newest first; every tenant's when
     ``tenant_id`` is None (the admin view)."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT d.tenant_id, d.conversation_id, d.event_id, d.webhook_id, w.url, e.type, d.attempts,
                    d.last_error, d.created_at
@@ -219,7 +220,7 @@ async def retry_dead(
     """Make a dead delivery due now, with its attempts reset. Returns its status before (so
     'dead' means it was retried), or None when the tenant (any, when None) has no such delivery."""
     found = await conn.scalar(
-        text(
+        sql(
             f"""
             WITH before AS (
                 SELECT status FROM webhook_deliveries
@@ -247,7 +248,7 @@ async def retry_dead(
 async def expire(conn: AsyncConnection, *, older_than_hours: float, batch: int = 10_000) -> int:
     """Delete up to ``batch`` deliveries of events older than the events' TTL (they go together)."""
     result = await conn.execute(
-        text(
+        sql(
             """
             DELETE FROM webhook_deliveries WHERE ctid = ANY(ARRAY(
                 SELECT ctid FROM webhook_deliveries

@@ -17,18 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memory.types import Wake
 from app.repositories.memory import Backoff, retry_delay_sql
+from app.repositories.statements import Db, Row, Statement, sql
 
 # Work in a fair order. A tenant's turn is the number of summaries it already has running plus
 # its position among its own waiting work (oldest first); among equal turns, the tenant this
 # runner served least recently goes first (:served_tenants / :served_turns, the runner's own
 # record), then the oldest work. So a free slot goes to the tenant with the least running, in
 # round robin, and one tenant's backlog cannot hold back another's work.
-_CANDIDATES = text(
+_CANDIDATES = Statement(
     f"""
     WITH running AS (
         SELECT c.tenant_id, count(*) AS n
@@ -75,7 +75,7 @@ class Candidate:
 
 
 async def candidates(
-    conn: AsyncConnection,
+    conn: Db,
     *,
     limit: int,
     max_attempts: int,
@@ -86,8 +86,8 @@ async def candidates(
     runner last claimed work of theirs (a counter: higher is more recent). Read without locks:
     claiming is a separate, conditional step that may find a piece taken meanwhile."""
     served = served or {}
-    rows = await conn.execute(
-        _CANDIDATES,
+    rows = await _CANDIDATES.fetch(
+        conn,
         {
             "limit": limit,
             "max_attempts": max_attempts,
@@ -97,7 +97,7 @@ async def candidates(
         },
     )
     return [
-        Candidate(conversation_id=r.conversation_id, tenant_id=r.tenant_id, memory_id=r.memory_id)
+        Candidate(conversation_id=r["conversation_id"], tenant_id=r["tenant_id"], memory_id=r["memory_id"])
         for r in rows
     ]
 
@@ -116,16 +116,18 @@ def claim_rows_sql(table: str) -> str:
     """
 
 
+_CLAIM_ROWS = Statement(claim_rows_sql("memory"))
+
+
 async def claim_rows(
-    conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
+    conn: Db, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
 ) -> set[int]:
     """Own queued or abandoned 'processing' memory rows. Returns the ids this runner got
     (another may have taken some first)."""
-    rows = await conn.execute(
-        text(claim_rows_sql("memory")),
-        {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
+    rows = await _CLAIM_ROWS.fetch(
+        conn, {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()}
     )
-    return {int(r.memory_id) for r in rows}
+    return {int(r["memory_id"]) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,56 +156,64 @@ _LOCK = """
 """
 
 
-async def lock_due(conn: AsyncConnection, *, conversation_id: str) -> Locked | None:
+_LOCK_DUE = Statement(
+    _LOCK.format(
+        condition="""AND summary_due_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM memory m
+                        WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')""",
+        skip="SKIP LOCKED",
+    )
+)
+_LOCK_WAIT = Statement(
+    _LOCK.format(condition="AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)", skip="")
+)
+
+
+async def lock_due(conn: Db, *, conversation_id: str) -> Locked | None:
     """Lock a conversation whose summary is due and not in flight, skipping it when another
     runner (or a POST to it) holds its row. The lock makes a POST that arrives meanwhile wait
     and then compare its round against the wake point this transaction sets."""
-    condition = """AND summary_due_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM memory m
-                        WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')"""
-    return await _lock(conn, _LOCK.format(condition=condition, skip="SKIP LOCKED"), conversation_id, None)
+    return _locked(await _LOCK_DUE.fetchrow(conn, {"conversation_id": conversation_id}))
 
 
-async def lock(conn: AsyncConnection, *, conversation_id: str, tenant_id: str | None = None) -> Locked | None:
+async def lock(conn: Db, *, conversation_id: str, tenant_id: str | None = None) -> Locked | None:
     """Lock a conversation (of ``tenant_id``, when given) for planning, waiting for its row."""
-    condition = "AND (CAST(:tenant_id AS varchar) IS NULL OR tenant_id = :tenant_id)"
-    return await _lock(conn, _LOCK.format(condition=condition, skip=""), conversation_id, tenant_id)
-
-
-async def _lock(
-    conn: AsyncConnection, sql: str, conversation_id: str, tenant_id: str | None
-) -> Locked | None:
-    params: dict[str, Any] = {"conversation_id": conversation_id}
-    if ":tenant_id" in sql:
-        params["tenant_id"] = tenant_id
-    row = (await conn.execute(text(sql), params)).one_or_none()
-    if row is None:
-        return None
-    return Locked(
-        tenant_id=row.tenant_id,
-        last_sequence=int(row.last_sequence),
-        last_round=int(row.last_round),
-        memory_policy=row.memory_policy,
-        open_calls=int(row.open_tool_calls),
-        total_tokens=int(row.next_tokens),
-        ended=bool(row.ended),
-        user_id=row.user_id,
-        archived=bool(row.archived),
+    return _locked(
+        await _LOCK_WAIT.fetchrow(conn, {"conversation_id": conversation_id, "tenant_id": tenant_id})
     )
 
 
-async def settle(conn: AsyncConnection, *, conversation_id: str, wake: Wake) -> None:
+def _locked(row: Row | None) -> Locked | None:
+    if row is None:
+        return None
+    return Locked(
+        tenant_id=row["tenant_id"],
+        last_sequence=int(row["last_sequence"]),
+        last_round=int(row["last_round"]),
+        memory_policy=row["memory_policy"],
+        open_calls=int(row["open_tool_calls"]),
+        total_tokens=int(row["next_tokens"]),
+        ended=bool(row["ended"]),
+        user_id=row["user_id"],
+        archived=bool(row["archived"]),
+    )
+
+
+_SETTLE = Statement(
+    """
+    UPDATE conversations
+    SET summary_due_at = NULL, wake_round = :wake_round, wake_sequence = :wake_sequence,
+        wake_tokens = :wake_tokens
+    WHERE conversation_id = :conversation_id
+    """
+)
+
+
+async def settle(conn: Db, *, conversation_id: str, wake: Wake) -> None:
     """Nothing is due any more (a plan was made, or the policy found nothing): clear the mark
     and store when the policy next wants to be asked."""
-    await conn.execute(
-        text(
-            """
-            UPDATE conversations
-            SET summary_due_at = NULL, wake_round = :wake_round, wake_sequence = :wake_sequence,
-                wake_tokens = :wake_tokens
-            WHERE conversation_id = :conversation_id
-            """
-        ),
+    await _SETTLE.execute(
+        conn,
         {
             "conversation_id": conversation_id,
             "wake_round": wake.round,
@@ -219,7 +229,7 @@ async def tenant_load(conn: AsyncConnection, *, tenant_id: str) -> dict[str, Any
     and how long the oldest due one has waited."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 SELECT
                     count(*) FILTER (WHERE m.lease_expires_at > now()) AS running,
@@ -244,7 +254,7 @@ async def tenant_load(conn: AsyncConnection, *, tenant_id: str) -> dict[str, Any
 async def loads_by_tenant(conn: AsyncConnection) -> list[dict[str, Any]]:
     """``tenant_load`` of every tenant that has summary work, by tenant id (the admin view)."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH leased AS (
                 SELECT c.tenant_id,
@@ -278,10 +288,10 @@ async def totals(conn: AsyncConnection, *, stuck_after_seconds: float) -> dict[s
     ``stuck_after_seconds``), and failed rows. Each count reads a partial index. Run in a
     transaction: it gives up on a lock after 100 ms, as a reading is not worth holding a pooled
     connection a request may need (behind a migration's or an operator's table lock)."""
-    await conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+    await conn.execute(sql("SET LOCAL lock_timeout = '100ms'"))
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 SELECT
                     (SELECT count(*) FROM conversations WHERE summary_due_at <= now()) AS due,
