@@ -72,6 +72,14 @@ conversations = Table(
         "summary_due_at",
         postgresql_where=text("summary_due_at IS NOT NULL"),
     ),
+    # A claim's per-tenant walk of the oldest due conversations (app.repositories.work).
+    Index(
+        "ix_conversations_due_by_tenant",
+        "tenant_id",
+        "summary_due_at",
+        "conversation_id",
+        postgresql_where=text("summary_due_at IS NOT NULL"),
+    ),
     Index(
         "ix_conversations_user",
         "tenant_id",

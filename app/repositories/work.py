@@ -28,9 +28,22 @@ from app.repositories.statements import Db, Row, Statement, sql
 # runner served least recently goes first (:served_tenants / :served_turns, the runner's own
 # record), then the oldest work. So a free slot goes to the tenant with the least running, in
 # round robin, and one tenant's backlog cannot hold back another's work.
+#
+# Only each tenant's :limit oldest due conversations can be among the first :limit pieces, so
+# those are all that is read: the tenants with due conversations by a skip scan of
+# ix_conversations_due_by_tenant, then each one's oldest from the same index. A claim's cost
+# grows with the tenants and the summaries in flight, not with the backlog.
 _CANDIDATES = Statement(
     f"""
-    WITH running AS (
+    WITH RECURSIVE tenants AS (
+        (SELECT tenant_id FROM conversations WHERE summary_due_at IS NOT NULL
+         ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT c.tenant_id FROM conversations c
+                WHERE c.summary_due_at IS NOT NULL AND c.tenant_id > t.tenant_id
+                ORDER BY c.tenant_id LIMIT 1)
+        FROM tenants t WHERE t.tenant_id IS NOT NULL
+    ), running AS (
         SELECT c.tenant_id, count(*) AS n
         FROM memory m JOIN conversations c USING (conversation_id)
         WHERE m.status = 'processing' AND m.lease_expires_at > now()
@@ -45,11 +58,16 @@ _CANDIDATES = Statement(
                    AND m.lease_expires_at
                        < now() - make_interval(secs => {retry_delay_sql("m.attempts")})))
         UNION ALL
-        SELECT NULL, c.conversation_id, c.tenant_id, c.summary_due_at
-        FROM conversations c
-        WHERE c.summary_due_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM memory m
-                          WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')
+        SELECT d.* FROM tenants t CROSS JOIN LATERAL (
+            SELECT CAST(NULL AS integer), c.conversation_id, c.tenant_id, c.summary_due_at
+            FROM conversations c
+            WHERE c.tenant_id = t.tenant_id AND c.summary_due_at <= now()
+              AND NOT EXISTS (SELECT 1 FROM memory m
+                              WHERE m.conversation_id = c.conversation_id AND m.status = 'processing')
+            ORDER BY c.summary_due_at, c.conversation_id
+            LIMIT :limit
+        ) d
+        WHERE t.tenant_id IS NOT NULL
     )
     SELECT w.memory_id, w.conversation_id, w.tenant_id
     FROM waiting w
