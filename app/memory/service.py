@@ -466,31 +466,23 @@ class MemoryService:
     ) -> tuple[MemoryPolicy, ConversationState, SummaryPlan | None]:
         """Ask the conversation's policy which summary is due, given what it observes now."""
         policy = load_policy(locked.memory_policy)
-        latest, newest = await memory.newest_refs(conn, conversation_id=conversation_id)
-        starts = (
-            await messages.round_starts(
-                conn,
-                conversation_id=conversation_id,
-                lookback=policy.lookback_messages,
-                last_sequence=locked.last_sequence,
-            )
-            if policy.lookback_messages > 0 and locked.last_sequence >= 0
-            else ()
+        seen = await work.observe(
+            conn,
+            conversation_id=conversation_id,
+            shown=policy.context.summaries,
+            lookback=policy.lookback_messages,
+            last_sequence=locked.last_sequence,
         )
         state = ConversationState(
             last_sequence=locked.last_sequence,
             last_round=locked.last_round,
-            latest_completed=latest,
-            newest=newest,
-            round_starts=starts,
+            latest_completed=seen.latest_completed,
+            newest=seen.newest,
+            round_starts=seen.round_starts,
             open_calls=locked.open_calls,
             total_tokens=locked.total_tokens,
-            covered_tokens=0
-            if latest is None
-            else await memory.covered_tokens(
-                conn, conversation_id=conversation_id, end_sequence=latest.end_sequence
-            ),
-            shown=await memory.shown(conn, conversation_id=conversation_id, limit=policy.context.summaries),
+            covered_tokens=seen.covered_tokens,
+            shown=seen.shown,
             ended=locked.ended,
         )
         after = policy.boundary_after(state)

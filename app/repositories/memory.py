@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.memory.types import MemoryRef, SummaryPlan
+from app.memory.types import SummaryPlan
 from app.repositories.events import (
     COMPRESSED,
     NOTIFIED,
@@ -31,13 +31,11 @@ MEMORY_COLUMNS = (
 
 # The newest row of each status, each one index probe on idx_memory_conversation_status (an
 # ORDER BY over all statuses would read every row of the conversation).
-_NEWEST_BY_STATUS = Statement(
-    " UNION ALL ".join(
-        f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
+NEWEST_BY_STATUS = " UNION ALL ".join(
+    f"""(SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens
         FROM memory WHERE conversation_id = :conversation_id AND status = '{status}'
         ORDER BY end_sequence DESC, memory_id DESC LIMIT 1)"""
-        for status in ("completed", "processing", "failed")
-    )
+    for status in ("completed", "processing", "failed")
 )
 
 
@@ -88,23 +86,9 @@ def chain_cte(name: str, columns: str, *, conversation: str, limit: str, within:
     )"""
 
 
-_REF_COLUMNS = (
+REF_COLUMNS = (
     "m.memory_id, m.kind, m.status, m.start_sequence, m.end_sequence, m.start_round, m.end_round, m.tokens"
 )
-
-
-_SHOWN = Statement(
-    "WITH RECURSIVE "
-    + chain_cte("chain", _REF_COLUMNS, conversation=":conversation_id", limit=":limit")
-    + " SELECT memory_id, kind, status, start_sequence, end_sequence, start_round, end_round, tokens "
-    "FROM chain ORDER BY depth"
-)
-
-
-async def shown(conn: Db, *, conversation_id: str, limit: int) -> tuple[MemoryRef, ...]:
-    """The completed summaries the context shows, newest first (chain_cte)."""
-    rows = await _SHOWN.fetch(conn, {"conversation_id": conversation_id, "limit": limit})
-    return tuple(MemoryRef(**r) for r in rows)
 
 
 _FOLDED = Statement(
@@ -125,29 +109,6 @@ async def folded(conn: Db, *, conversation_id: str, start: int, end: int) -> lis
     the chain within that range, oldest first, as (first sequence, last sequence, text)."""
     rows = await _FOLDED.fetch(conn, {"conversation_id": conversation_id, "start": start, "end": end})
     return [(int(r["start_sequence"]), int(r["end_sequence"]), str(r["memory_text"])) for r in rows]
-
-
-_COVERED_TOKENS = Statement(
-    "SELECT tokens_before + tokens AS tokens FROM messages "
-    "WHERE conversation_id = :conversation_id AND sequence = :sequence"
-)
-
-
-async def covered_tokens(conn: Db, *, conversation_id: str, end_sequence: int) -> int:
-    """Tokens of the messages up to ``end_sequence`` (one index probe)."""
-    found = await _COVERED_TOKENS.fetchrow(
-        conn, {"conversation_id": conversation_id, "sequence": end_sequence}
-    )
-    return 0 if found is None else int(found["tokens"] or 0)
-
-
-async def newest_refs(conn: Db, *, conversation_id: str) -> tuple[MemoryRef | None, MemoryRef | None]:
-    """(the latest completed memory, the memory with the newest range whatever its status)."""
-    rows = await _NEWEST_BY_STATUS.fetch(conn, {"conversation_id": conversation_id})
-    refs = [MemoryRef(**r) for r in rows]
-    latest = next((r for r in refs if r.status == "completed"), None)
-    newest = max(refs, key=lambda r: (r.end_sequence, r.memory_id), default=None)
-    return latest, newest
 
 
 _INSERT_PROCESSING = Statement(

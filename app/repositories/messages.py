@@ -66,32 +66,6 @@ async def between(conn: Db, *, conversation_id: str, start: int, end: int) -> li
     return [Message(**r) for r in rows]
 
 
-_ROUND_STARTS = Statement(
-    """
-    SELECT round, sequence FROM messages
-    WHERE conversation_id = :conversation_id AND boundary AND sequence <= :last
-      AND sequence >= coalesce((SELECT max(sequence) FROM messages
-                                WHERE conversation_id = :conversation_id AND boundary
-                                  AND sequence <= :lowest), 0)
-    ORDER BY sequence
-    """
-)
-
-
-async def round_starts(
-    conn: Db, *, conversation_id: str, lookback: int, last_sequence: int
-) -> tuple[tuple[int, int], ...]:
-    """(round, first sequence) of every boundary (the start of a round where a window may
-    start: no tool call before it waits for a result at or after it) within the last
-    ``lookback`` messages up to ``last_sequence``, and of the last boundary before them, oldest
-    first. Index range scans of the boundaries."""
-    rows = await _ROUND_STARTS.fetch(
-        conn,
-        {"conversation_id": conversation_id, "lowest": last_sequence - lookback + 1, "last": last_sequence},
-    )
-    return tuple((int(r["round"]), int(r["sequence"])) for r in rows)
-
-
 _BOUNDARIES_AFTER = Statement(
     """
     SELECT round, sequence FROM messages

@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.memory.types import Wake
-from app.repositories.memory import Backoff, retry_delay_sql
+from app.memory.types import MemoryRef, Wake
+from app.repositories.memory import NEWEST_BY_STATUS, REF_COLUMNS, Backoff, chain_cte, retry_delay_sql
 from app.repositories.statements import Db, Row, Statement, sql
 
 # Work in a fair order. A tenant's turn is the number of summaries it already has running plus
@@ -146,6 +146,99 @@ async def claim_rows(
         conn, {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()}
     )
     return {int(r["memory_id"]) for r in rows}
+
+
+# What a plan observes of a conversation, in one statement: the newest memory row of each
+# status, the completed summaries the context shows (chain_cte), the tokens up to the latest
+# completed summary's end, and the boundaries within the policy's lookback (with :starts) with the
+# last one before it. One row per item, told apart by ``part``, in order within each part.
+_OBSERVE = Statement(
+    "WITH RECURSIVE "
+    + chain_cte("chain", REF_COLUMNS, conversation=":conversation_id", limit=":shown")
+    + f""", newest AS ({NEWEST_BY_STATUS})
+    SELECT 'newest' AS part, 0 AS ord, memory_id, kind, status, start_sequence, end_sequence,
+           start_round, end_round, tokens
+    FROM newest
+    UNION ALL
+    SELECT 'shown', depth, memory_id, kind, status, start_sequence, end_sequence, start_round,
+           end_round, tokens
+    FROM chain
+    UNION ALL
+    SELECT 'covered', 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, tokens_before + tokens
+    FROM messages
+    WHERE conversation_id = :conversation_id
+      AND sequence = (SELECT end_sequence FROM newest WHERE status = 'completed')
+    UNION ALL
+    SELECT 'start', sequence, NULL, NULL, NULL, sequence, NULL, round, NULL, NULL
+    FROM messages
+    WHERE CAST(:starts AS boolean) AND conversation_id = :conversation_id AND boundary
+      AND sequence <= :last
+      AND sequence >= coalesce((SELECT max(sequence) FROM messages
+                                WHERE conversation_id = :conversation_id AND boundary
+                                  AND sequence <= :lowest), 0)
+    ORDER BY part, ord
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a plan observes of a conversation (app.memory.types.ConversationState's parts)."""
+
+    latest_completed: MemoryRef | None
+    newest: MemoryRef | None
+    shown: tuple[MemoryRef, ...]
+    covered_tokens: int
+    round_starts: tuple[tuple[int, int], ...]
+
+
+async def observe(
+    conn: Db, *, conversation_id: str, shown: int, lookback: int, last_sequence: int
+) -> Observed:
+    """The newest memory row of each status, the ``shown`` newest completed summaries the
+    context shows, the tokens of the messages up to the latest completed summary's end, and
+    (round, first sequence) of every boundary within the last ``lookback`` messages up to
+    ``last_sequence`` and of the last one before them, oldest first (none when ``lookback`` is
+    0). Each part is index probes or a short index range scan."""
+    rows = await _OBSERVE.fetch(
+        conn,
+        {
+            "conversation_id": conversation_id,
+            "shown": shown,
+            "starts": lookback > 0 and last_sequence >= 0,
+            "last": last_sequence,
+            "lowest": last_sequence - lookback + 1,
+        },
+    )
+    refs: list[MemoryRef] = []
+    chain: list[MemoryRef] = []
+    starts: list[tuple[int, int]] = []
+    covered = 0
+    for r in rows:
+        part = r["part"]
+        if part == "start":
+            starts.append((int(r["start_round"]), int(r["start_sequence"])))
+        elif part == "covered":
+            covered = int(r["tokens"])
+        else:
+            ref = MemoryRef(
+                memory_id=r["memory_id"],
+                kind=r["kind"],
+                status=r["status"],
+                start_sequence=r["start_sequence"],
+                end_sequence=r["end_sequence"],
+                start_round=r["start_round"],
+                end_round=r["end_round"],
+                tokens=r["tokens"],
+            )
+            (refs if part == "newest" else chain).append(ref)
+    return Observed(
+        latest_completed=next((r for r in refs if r.status == "completed"), None),
+        newest=max(refs, key=lambda r: (r.end_sequence, r.memory_id), default=None),
+        shown=tuple(chain),
+        covered_tokens=covered,
+        round_starts=tuple(starts),
+    )
 
 
 @dataclass(frozen=True, slots=True)
