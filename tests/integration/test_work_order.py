@@ -86,9 +86,10 @@ async def seed_backlog(db: asyncpg.Connection, rng: random.Random) -> tuple[list
         ids = [
             await db.fetchval(
                 "INSERT INTO memory (conversation_id, memory_text, kind, start_sequence, end_sequence, "
-                "start_round, end_round, input_start_sequence, status, created_at, lease_expires_at, attempts) "
-                "VALUES ($1, '', 'window', 0, 0, 0, 0, 0, 'processing', now() + make_interval(secs => $2), "
-                "now() + make_interval(secs => $3), $4) RETURNING memory_id",
+                "start_round, end_round, input_start_sequence, status, created_at, lease_expires_at, "
+                "attempts) VALUES ($1, '', 'window', 0, 0, 0, 0, 0, 'processing', "
+                "now() + make_interval(secs => $2), now() + make_interval(secs => $3), $4) "
+                "RETURNING memory_id",
                 cid,
                 created,
                 lease,
