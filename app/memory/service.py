@@ -596,17 +596,25 @@ class MemoryService:
         gate = asyncio.Semaphore(CLAIM_PARALLELISM)
 
         async def plan(candidate: work.Candidate) -> None:
-            async with gate, self._driver(transaction=True) as conn:
-                locked = await work.lock_due(conn, conversation_id=candidate.conversation_id)
-                if locked is None:
-                    return
-                row = await self._plan_and_start(
-                    conn,
-                    conversation_id=candidate.conversation_id,
-                    locked=locked,
-                    trigger=Trigger.ROUND_END,
-                    own=True,
-                )
+            # One plan's failure (a lost connection) must not drop the rows the others already
+            # inserted under this runner's lease: they would wait for it to expire, unrun. Its
+            # own transaction rolled back, so its conversation stays due for the next claim.
+            try:
+                async with gate, self._driver(transaction=True) as conn:
+                    locked = await work.lock_due(conn, conversation_id=candidate.conversation_id)
+                    if locked is None:
+                        return
+                    row = await self._plan_and_start(
+                        conn,
+                        conversation_id=candidate.conversation_id,
+                        locked=locked,
+                        trigger=Trigger.ROUND_END,
+                        own=True,
+                    )
+            except Exception as exc:
+                reason = describe_db_error(exc) if is_database_error(exc) else f"{type(exc).__name__}: {exc}"
+                logger.warning("Planning the summary of %s failed: %s", candidate.conversation_id, reason)
+                return
             if row is not None:
                 claimed.append(row["memory_id"])
                 self._serve(candidate.tenant_id)

@@ -90,7 +90,8 @@ async def driver(conn: AsyncConnection, *, transaction: bool) -> AsyncIterator[a
     their errors: a connection that is lost, or whose statement timed out, is invalidated here as
     that hook would, and one left inside a transaction (cancelled before its rollback) too, so
     the pool never hands it out again."""
-    raw: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
+    pooled = await conn.get_raw_connection()
+    raw: asyncpg.Connection = pooled.driver_connection
     try:
         if transaction:
             async with raw.transaction():
@@ -99,6 +100,13 @@ async def driver(conn: AsyncConnection, *, transaction: bool) -> AsyncIterator[a
             yield raw
     except BaseException as exc:
         failure = classify_db_error(exc) if isinstance(exc, Exception) else None
+        if failure is not None and failure.connection_lost:
+            # As the hook does for a lost connection: every connection the pool holds that is
+            # older than this one is suspect (a restart, a failover, terminated backends) and is
+            # replaced on its next checkout, so the caller's own error handling (marking the
+            # summary failed) does not pick up another dead one. SQLAlchemy offers this only
+            # through the pool's _invalidate (with _checkin=False: the time, not the connection).
+            conn.sync_engine.pool._invalidate(pooled, exc, _checkin=False)
         lost = failure is not None and (failure.connection_lost or isinstance(failure.cause, TimeoutError))
         if lost or raw.is_in_transaction():
             await conn.invalidate()

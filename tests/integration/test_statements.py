@@ -16,6 +16,14 @@ from app.repositories import statements
 from app.repositories.statements import Statement
 from app.settings import Settings
 
+# What a statement on a terminated backend raises (asyncpg reports some as an internal error).
+LOST = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    ConnectionError,
+)
+
 PROBE = Statement(
     "SELECT CAST(:n AS integer) + 1 AS next, CAST(:doc AS jsonb) AS doc, CAST(:names AS varchar[]) AS names, "
     "now() AS at, CAST(NULL AS text) AS nothing"
@@ -61,7 +69,7 @@ async def test_a_transaction_on_the_raw_connection_commits_or_rolls_back(
 
 
 async def test_a_lost_connection_is_not_handed_out_again(engine: AsyncEngine, db: asyncpg.Connection) -> None:
-    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError)):
+    with pytest.raises(LOST):
         async with statements.connect(engine, transaction=True) as raw:
             await db.execute("SELECT pg_terminate_backend($1)", raw.get_server_pid())
             await PROBE.fetch(raw, {"n": 1, "doc": "{}", "names": []})
@@ -86,3 +94,28 @@ async def test_a_cancelled_transaction_leaves_nothing_open(engine: AsyncEngine) 
     async with asyncio.timeout(10), statements.connect(engine, transaction=False) as raw:
         assert not raw.is_in_transaction()
         assert await raw.fetchval("SELECT 1") == 1
+
+
+async def test_a_lost_connection_makes_the_pool_replace_its_older_ones(
+    database_url: str, db: asyncpg.Connection
+) -> None:
+    """A restart kills every pooled connection; after the first fails, the rest are replaced
+    on checkout (the caller's error handling must not pick up another dead one)."""
+    engine = create_engine(
+        database_url, Settings(_env_file=None, DATABASE_POOL_SIZE=2, DATABASE_MAX_OVERFLOW=0)
+    )
+    try:
+        async with (
+            statements.connect(engine, transaction=False) as one,
+            statements.connect(engine, transaction=False) as two,
+        ):
+            pids = [one.get_server_pid(), two.get_server_pid()]
+        for pid in pids:
+            await db.execute("SELECT pg_terminate_backend($1)", pid)
+        with pytest.raises(LOST):
+            async with statements.connect(engine, transaction=True) as raw:
+                await raw.fetchval("SELECT 1")
+        async with statements.connect(engine, transaction=True) as raw:
+            assert await raw.fetchval("SELECT 1") == 1
+    finally:
+        await engine.dispose()
