@@ -459,14 +459,19 @@ def describe_db_error(exc: BaseException) -> str:
     """Exception classes and SQLSTATE, never a message: the messages of PostgreSQL and asyncpg
     may quote values (``invalid input syntax for type integer: "..."``, ``DETAIL: Failing row
     contains (...)``, ``invalid input for query argument $1: '...'``), which can be message
-    content. E.g. ``DBAPIError <- CheckViolationError (SQLSTATE 23514)``."""
+    content. E.g. ``DBAPIError <- CheckViolationError (SQLSTATE 23514)``; a lost connection
+    says so (asyncpg's InterfaceError alone would not)."""
     parts = []
     for link in _chain(exc):
         sqlstate = getattr(link, "sqlstate", None)
         name = type(link).__name__
         parts.append(f"{name} (SQLSTATE {sqlstate})" if isinstance(sqlstate, str) else name)
     # SQLAlchemy's wrapper of the asyncpg error repeats its name: say it once.
-    return " <- ".join(dict.fromkeys(parts))
+    described = " <- ".join(dict.fromkeys(parts))
+    failure = classify_db_error(exc)
+    if failure is not None and failure.connection_lost:
+        described += ": the connection to the database was lost"
+    return described
 
 
 def _first_line(exc: BaseException) -> str:

@@ -33,16 +33,25 @@ class LLMCallTimeoutError(RuntimeError):
     upstream that trickles its answer never trips the per-read timeout."""
 
 
+# Statuses with which a server refuses the request itself (malformed, too large, unprocessable):
+# the same request would be refused again. Any other failure (no answer, 429, 5xx, 401/403/404
+# of a misconfigured key or model) says the model is unavailable, not that this summary cannot
+# be made.
+REJECTED_STATUSES = frozenset({400, 413, 422})
+
+
 class LLMRequestError(RuntimeError):
     """The model's server refused or failed the request. The message (which ends up in
     memory.error and in logs) is the error's class, HTTP status, machine-readable type/code and
     the server's own message, unless that quotes the request: some gateways put the offending
     content (message text) in their error messages. ``timed_out``: an attempt's read or connect
-    timed out (after its retries)."""
+    timed out (after its retries). ``rejected``: the server refused this request as such
+    (REJECTED_STATUSES)."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, rejected: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.rejected = rejected
 
 
 # Error types and codes worth keeping (``rate_limit_exceeded``, ``context_length_exceeded``).
@@ -199,7 +208,9 @@ class ChatModel:
         except openai.APIError as exc:
             # `from None`: a logged traceback would print the original, message included.
             raise LLMRequestError(
-                describe_api_error(exc, prompt.user), timed_out=isinstance(exc, openai.APITimeoutError)
+                describe_api_error(exc, prompt.user),
+                timed_out=isinstance(exc, openai.APITimeoutError),
+                rejected=isinstance(exc, openai.APIStatusError) and exc.status_code in REJECTED_STATUSES,
             ) from None
         _count_usage(completion)
         text = (completion.choices[0].message.content or "").strip() if completion.choices else ""

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 import orjson
@@ -94,9 +94,18 @@ EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None
 
 logger = logging.getLogger("app.memory")
 
-# What a runner runs, by key: (table, row id). A conversation's summary is a memory row, a
-# user's cross-conversation summary a user_memory row; the runner knows neither.
-WorkKey = tuple[str, int]
+
+class WorkKey(NamedTuple):
+    """What a runner runs: a conversation's summary is a memory row, a user's
+    cross-conversation summary a user_memory row; the runner knows neither. ``attempt`` is the
+    attempt this runner claimed: the row's completion, failure or release names it, so a runner
+    whose lease ran out cannot overwrite the next one's work."""
+
+    kind: str
+    row_id: int
+    attempt: int
+
+
 MEMORY_WORK = "memory"
 USER_WORK = "user_memory"
 
@@ -161,6 +170,17 @@ def failure_reason(exc: BaseException) -> str:
     if is_database_error(exc) or classify_db_error(exc) is not None:
         return "database"
     return "error"
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a summary's failure says the model or the database was unavailable (timeouts,
+    connection errors, 429, 5xx, a misconfigured key or model) rather than that this summary
+    cannot be made (a refused request, an empty answer, a bug). Such a failure backs its
+    conversation off but keeps it due however long the outage lasts: a quiet conversation still
+    gets its summary once the model is back."""
+    if isinstance(exc, LLMRequestError):
+        return not exc.rejected
+    return isinstance(exc, LLMCallTimeoutError) or failure_reason(exc) == "database"
 
 
 def _with_started(state: ConversationState, row: dict[str, Any] | None) -> ConversationState:
@@ -527,30 +547,35 @@ class MemoryService:
         and the first claim after the pause is the circuit's trial."""
         if self.model is not None and not self.breaker.allow():
             return []
-        claimed = [(MEMORY_WORK, memory_id) for memory_id in await self._claim_conversation_work(limit)]
+        claimed = [
+            WorkKey(MEMORY_WORK, memory_id, attempt)
+            for memory_id, attempt in await self._claim_conversation_work(limit)
+        ]
         if len(claimed) < limit:
             claimed += [
-                (USER_WORK, memory_id) for memory_id in await self._claim_user_work(limit - len(claimed))
+                WorkKey(USER_WORK, memory_id, attempt)
+                for memory_id, attempt in await self._claim_user_work(limit - len(claimed))
             ]
         return claimed
 
-    async def _claim_user_work(self, limit: int) -> list[int]:
+    async def _claim_user_work(self, limit: int) -> list[tuple[int, int]]:
         async with self.engine.connect() as conn:
             found = await users.candidates(
                 conn, limit=limit, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
             )
-        running_here = {key for kind, key in self.runner.owned() if kind == USER_WORK}
+        running_here = {key.row_id for key in self.runner.owned() if key.kind == USER_WORK}
         rows = [w.memory_id for w in found if w.memory_id is not None and w.memory_id not in running_here]
-        claimed: list[int] = []
+        claimed: list[tuple[int, int]] = []
         if rows:
             async with self.engine.begin() as conn:
-                claimed += await users.claim_rows(
+                owned = await users.claim_rows(
                     conn,
                     memory_ids=rows,
                     lease_seconds=self.lease_seconds,
                     max_attempts=self.retries.max_attempts,
                     backoff=self.retries.backoff,
                 )
+            claimed += owned.items()
         for due in (w for w in found if w.memory_id is None):
             async with self.engine.begin() as conn:
                 row = await users.start_due(
@@ -561,10 +586,10 @@ class MemoryService:
                     skip_locked=True,
                 )
             if row is not None:
-                claimed.append(row["memory_id"])
+                claimed.append((row["memory_id"], row["attempts"]))
         return claimed
 
-    async def _claim_conversation_work(self, limit: int) -> list[int]:
+    async def _claim_conversation_work(self, limit: int) -> list[tuple[int, int]]:
         # The summary path's statements run on asyncpg directly (app.repositories.statements).
         async with self._driver(transaction=False) as conn:
             found = await work.candidates(
@@ -574,10 +599,10 @@ class MemoryService:
                 backoff=self.retries.backoff,
                 served=self._served,
             )
-        running_here = {key for kind, key in self.runner.owned() if kind == MEMORY_WORK}
+        running_here = {key.row_id for key in self.runner.owned() if key.kind == MEMORY_WORK}
         # Queued and abandoned rows: one conditional update claims them all.
         rows = [c for c in found if c.memory_id is not None and c.memory_id not in running_here]
-        claimed: list[int] = []
+        claimed: list[tuple[int, int]] = []
         if rows:
             async with self._driver(transaction=False) as conn:
                 owned = await work.claim_rows(
@@ -589,7 +614,7 @@ class MemoryService:
                 )
             for candidate in rows:
                 if candidate.memory_id in owned:
-                    claimed.append(candidate.memory_id)
+                    claimed.append((candidate.memory_id, owned[candidate.memory_id]))
                     self._serve(candidate.tenant_id)
         # Due conversations: each planned in its own short transaction, a few at a time.
         due = [c for c in found if c.memory_id is None]
@@ -616,7 +641,7 @@ class MemoryService:
                 logger.warning("Planning the summary of %s failed: %s", candidate.conversation_id, reason)
                 return
             if row is not None:
-                claimed.append(row["memory_id"])
+                claimed.append((row["memory_id"], row["attempts"]))
                 self._serve(candidate.tenant_id)
 
         await asyncio.gather(*(plan(c) for c in due))
@@ -645,32 +670,29 @@ class MemoryService:
 
     async def run_work(self, key: WorkKey) -> None:
         """Run one piece of claimed work (never raises)."""
-        kind, row_id = key
-        if kind == USER_WORK:
-            await self.summarize_user(row_id)
+        if key.kind == USER_WORK:
+            await self.summarize_user(key.row_id, key.attempt)
         else:
-            await self.summarize(row_id)
+            await self.summarize(key.row_id, key.attempt)
 
-    async def summarize(self, memory_id: int) -> None:
-        """Seed 004's do_summarization, for a row this runner owns, of any policy; never raises.
-        Its log lines carry the memory and conversation ids, and the id of the request that made
-        it due when that request came to this process."""
+    async def summarize(self, memory_id: int, attempt: int) -> None:
+        """Seed 004's do_summarization, for a row this runner owns (its ``attempt``), of any
+        policy; never raises. Its log lines carry the memory and conversation ids, and the id of
+        the request that made it due when that request came to this process."""
         token = logs.bind(memory_id=memory_id)
         try:
-            await self._summarize(memory_id)
+            await self._summarize(memory_id, attempt)
         finally:
             logs.unbind(token)
 
-    async def _summarize(self, memory_id: int) -> None:
+    async def _summarize(self, memory_id: int, attempt: int) -> None:
         started = time.perf_counter()
-        attempt = 0
         policy_name = metrics.UNKNOWN_POLICY
         try:
             async with self._driver(transaction=True) as conn:
                 row = await memory.get(conn, memory_id=memory_id)
-                if row is None or row["status"] != "processing":
-                    return  # deleted with its conversation, or reaped meanwhile
-                attempt = row["attempts"]
+                if row is None or row["status"] != "processing" or row["attempts"] != attempt:
+                    return  # deleted with its conversation, or reaped or claimed again meanwhile
                 conversation_id = row["conversation_id"]
                 position = await conversations.position(conn, conversation_id=conversation_id)
                 if position is None:
@@ -793,22 +815,21 @@ class MemoryService:
             reason = describe_db_error(exc) if is_database_error(exc) else f"{type(exc).__name__}: {exc}"
             logger.warning("Summary %d failed: %s", memory_id, reason)
             metrics.SUMMARIES_FAILED.labels(policy_name, failure_reason(exc)).inc()
-            await self._mark_failed(memory_id, attempt, reason, started)
+            await self._mark_failed(memory_id, attempt, reason, started, keep_due=unavailable(exc))
 
     # ---- users: the cross-conversation summary (seed 001) ---------------------------------
 
-    async def summarize_user(self, memory_id: int) -> None:
+    async def summarize_user(self, memory_id: int, attempt: int) -> None:
         """Build a user's cross-conversation summary from their last conversations (each one's
-        shown summary and short-term messages) and the previous one, for a row this runner owns;
-        never raises. Completed, it replaces the previous one in GET /users/{id}/context."""
+        shown summary and short-term messages) and the previous one, for a row this runner owns
+        (its ``attempt``); never raises. Completed, it replaces the previous one in
+        GET /users/{id}/context."""
         started = time.perf_counter()
-        attempt = 0
         try:
             async with self.engine.connect() as conn:
                 row = await users.get(conn, memory_id=memory_id)
-                if row is None or row["status"] != "processing":
+                if row is None or row["status"] != "processing" or row["attempts"] != attempt:
                     return
-                attempt = row["attempts"]
                 tenant_id, user_id = row["tenant_id"], row["user_id"]
                 previous = (
                     await users.base_text(
@@ -897,6 +918,8 @@ class MemoryService:
                         attempt=attempt,
                         error=reason,
                         generation_time_ms=int((time.perf_counter() - started) * 1000),
+                        backoff=self.retries.backoff,
+                        keep_due=unavailable(exc),
                     )
 
     async def _ask_model(self, model: ChatModel, prompt: Prompt, job: SummaryJob) -> str:
@@ -974,7 +997,9 @@ class MemoryService:
                 "Could not give memory %d back; its lease expires and another runner claims it", memory_id
             )
 
-    async def _mark_failed(self, memory_id: int, attempt: int, reason: str, started: float) -> None:
+    async def _mark_failed(
+        self, memory_id: int, attempt: int, reason: str, started: float, *, keep_due: bool
+    ) -> None:
         elapsed_ms = int((time.perf_counter() - started) * 1000)
         try:
             async with self.engine.begin() as conn:
@@ -986,6 +1011,7 @@ class MemoryService:
                     generation_time_ms=elapsed_ms,
                     backoff=self.retries.backoff,
                     max_attempts=self.retries.max_attempts,
+                    keep_due=keep_due,
                 ):
                     logger.debug("Memory %d status updated to failed", memory_id)
         except Exception:
@@ -995,8 +1021,8 @@ class MemoryService:
     async def maintain(self, owned: list[WorkKey]) -> None:
         """Renew the leases of our rows, fail rows whose runners died on every attempt, expire
         idempotency keys and old events."""
-        mine = [key for kind, key in owned if kind == MEMORY_WORK]
-        users_mine = [key for kind, key in owned if kind == USER_WORK]
+        mine = [key.row_id for key in owned if key.kind == MEMORY_WORK]
+        users_mine = [key.row_id for key in owned if key.kind == USER_WORK]
         async with self.engine.begin() as conn:
             if mine:
                 await memory.renew_leases(conn, memory_ids=mine, lease_seconds=self.lease_seconds)

@@ -287,7 +287,8 @@ def retry_delay_sql(failures: str) -> str:
 
 # The conversation's streak grows by one and, from the second failure on, its next summary waits
 # (a new round retries at once after the first failure, as seed 004 does). While the streak is
-# under :max_attempts the conversation is also due again after base * 2^(n-1) whether or not a
+# under :max_attempts, or always after a failure of the model's or the database's availability
+# (:keep_due), the conversation is also due again after base * 2^(n-1) (capped) whether or not a
 # round comes, so a quiet conversation is retried too. Used by every failure path.
 # (c.summary_failures is the streak before this failure.)
 _BACK_OFF = f"""
@@ -295,7 +296,7 @@ _BACK_OFF = f"""
     SET summary_failures = c.summary_failures + 1,
         summary_retry_at = CASE WHEN c.summary_failures = 0 THEN NULL
             ELSE now() + make_interval(secs => {retry_delay_sql("c.summary_failures")}) END,
-        summary_due_at = CASE WHEN c.summary_failures + 1 < :max_attempts
+        summary_due_at = CASE WHEN c.summary_failures + 1 < :max_attempts OR CAST(:keep_due AS boolean)
             THEN greatest(c.summary_due_at,
                           now() + make_interval(secs => {retry_delay_sql("c.summary_failures + 1")}))
             ELSE c.summary_due_at END,
@@ -322,9 +323,11 @@ async def fail(
     generation_time_ms: int | None,
     backoff: Backoff,
     max_attempts: int,
+    keep_due: bool,
 ) -> bool:
     """Mark a processing row failed (unless another runner claimed it since ``attempt``); the
-    conversation's failure streak grows and its next summary waits."""
+    conversation's failure streak grows and its next summary waits. With ``keep_due`` (the model
+    or the database was unavailable) it is due again after its backoff however long the streak."""
     done = await conn.scalar(
         sql(
             f"""
@@ -344,6 +347,7 @@ async def fail(
             "error": error[:2000],
             "ms": generation_time_ms,
             "max_attempts": max_attempts,
+            "keep_due": keep_due,
             **backoff.params(),
         },
     )
@@ -401,7 +405,7 @@ async def reap_expired(conn: AsyncConnection, *, backoff: Backoff, max_attempts:
             WHERE {NOTIFIED}
             """
         ),
-        {"max_attempts": max_attempts, **backoff.params()},
+        {"max_attempts": max_attempts, "keep_due": False, **backoff.params()},
     )
     return [dict(r._mapping) for r in rows]
 

@@ -86,13 +86,13 @@ async def candidates(
 
 async def claim_rows(
     conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
-) -> set[int]:
+) -> dict[int, int]:
     """Own queued or abandoned rows (app.repositories.work.claim_rows, for user_memory)."""
     rows = await conn.execute(
         sql(claim_rows_sql("user_memory")),
         {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()},
     )
-    return {int(r.memory_id) for r in rows}
+    return {int(r.memory_id): int(r.attempts) for r in rows}
 
 
 async def start_due(
@@ -226,20 +226,56 @@ async def complete(
 
 
 async def fail(
-    conn: AsyncConnection, *, memory_id: int, attempt: int, error: str, generation_time_ms: int
+    conn: AsyncConnection,
+    *,
+    memory_id: int,
+    attempt: int,
+    error: str,
+    generation_time_ms: int,
+    backoff: Backoff,
+    keep_due: bool,
 ) -> bool:
-    """Mark an owned row failed; the user's next trigger (a conversation advancing) tries again."""
+    """Mark an owned row failed; the user's next trigger (a conversation advancing) tries again.
+    With ``keep_due`` (the model or the database was unavailable) the user is also due again
+    after the backoff of its n-th failure in a row (an earlier due mark keeps its time)."""
     done = await conn.scalar(
         sql(
-            """
-            UPDATE user_memory
-            SET status = 'failed', error = :error, generation_time_ms = :ms, completed_at = now(),
-                lease_expires_at = NULL
-            WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-            RETURNING 1
+            f"""
+            WITH failed AS (
+                UPDATE user_memory
+                SET status = 'failed', error = :error, generation_time_ms = :ms, completed_at = now(),
+                    lease_expires_at = NULL
+                WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
+                RETURNING tenant_id, user_id
+            ), streak AS (
+                -- Failed rows since the last completed one; this statement's own update is not
+                -- visible here, so this failure is the one more.
+                SELECT f.tenant_id, f.user_id, count(m.memory_id) + 1 AS failures
+                FROM failed f
+                LEFT JOIN user_memory m
+                  ON m.tenant_id = f.tenant_id AND m.user_id = f.user_id AND m.status = 'failed'
+                 AND m.memory_id > coalesce((SELECT max(c.memory_id) FROM user_memory c
+                                             WHERE c.tenant_id = f.tenant_id AND c.user_id = f.user_id
+                                               AND c.status = 'completed'), 0)
+                GROUP BY f.tenant_id, f.user_id
+            ), due AS (
+                UPDATE users u
+                SET summary_due_at = coalesce(
+                    u.summary_due_at, now() + make_interval(secs => {retry_delay_sql("s.failures")}))
+                FROM streak s
+                WHERE CAST(:keep_due AS boolean) AND u.tenant_id = s.tenant_id AND u.user_id = s.user_id
+            )
+            SELECT 1 FROM failed
             """
         ),
-        {"memory_id": memory_id, "attempt": attempt, "error": error[:2000], "ms": generation_time_ms},
+        {
+            "memory_id": memory_id,
+            "attempt": attempt,
+            "error": error[:2000],
+            "ms": generation_time_ms,
+            "keep_due": keep_due,
+            **backoff.params(),
+        },
     )
     return done is not None
 

@@ -130,7 +130,7 @@ def claim_rows_sql(table: str) -> str:
           AND (lease_expires_at IS NULL
                OR (attempts < :max_attempts
                    AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
-        RETURNING memory_id
+        RETURNING memory_id, attempts
     """
 
 
@@ -139,13 +139,13 @@ _CLAIM_ROWS = Statement(claim_rows_sql("memory"))
 
 async def claim_rows(
     conn: Db, *, memory_ids: list[int], lease_seconds: float, max_attempts: int, backoff: Backoff
-) -> set[int]:
+) -> dict[int, int]:
     """Own queued or abandoned 'processing' memory rows. Returns the ids this runner got
-    (another may have taken some first)."""
+    (another may have taken some first), each with its attempt."""
     rows = await _CLAIM_ROWS.fetch(
         conn, {"ids": memory_ids, "lease": lease_seconds, "max_attempts": max_attempts, **backoff.params()}
     )
-    return {int(r["memory_id"]) for r in rows}
+    return {int(r["memory_id"]): int(r["attempts"]) for r in rows}
 
 
 # What a plan observes of a conversation, in one statement: the newest memory row of each

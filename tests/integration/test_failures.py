@@ -124,3 +124,27 @@ async def test_empty_answer_fails_the_row(make_app: AppFactory, llm: FakeLLM, db
     llm.release(0, answer="   ")
     await api.idle()
     assert await statuses(db) == [(1, "failed")]
+
+
+async def test_a_summary_whose_first_statement_fails_is_marked_failed_at_once(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    """The runner knows the attempt it claimed, so a summary that fails before reading its row
+    (its pooled connection was lost) is marked failed then, not left waiting for its lease."""
+    api = await make_app(MEMORY_RUN_SUMMARIES=False)
+    for n in range(3):
+        await api.post_round("cut", n)
+    [key] = await api.service.claim_work(1)
+    service_backends = (
+        "FROM pg_stat_activity WHERE application_name = 'memory-service' AND pid <> pg_backend_pid()"
+    )
+    await db.execute(f"SELECT pg_terminate_backend(pid) {service_backends}")
+
+    async def gone() -> bool:
+        return bool(await db.fetchval(f"SELECT count(*) {service_backends}") == 0)
+
+    await eventually(gone, what="the service's connections to be terminated")
+    await asyncio.wait_for(api.service.run_work(key), timeout=10)
+    row = await db.fetchrow("SELECT status, attempts, error, lease_expires_at FROM memory")
+    assert (row["status"], row["attempts"], row["lease_expires_at"]) == ("failed", key.attempt, None)
+    assert "connection" in row["error"].lower(), row["error"]

@@ -132,6 +132,38 @@ async def test_a_conversation_that_keeps_failing_backs_off_and_is_flagged(
     assert (conversation["summary_failures"], conversation["summary_retry_at"]) == (0, None)
 
 
+async def test_an_outage_longer_than_the_attempts_still_ends_in_a_summary_but_a_refusal_does_not(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """A quiet conversation (no new rounds) whose summaries fail for want of a model stays due
+    past MEMORY_SUMMARY_MAX_ATTEMPTS failures, so the outage's end brings its summary; one whose
+    request the model refuses (400) stops at the limit, until a new round."""
+    api = await make_app(
+        MEMORY_SUMMARY_MAX_ATTEMPTS=2, MEMORY_SUMMARY_BACKOFF_SECONDS=0, MEMORY_LLM_BREAKER_FAILURES=100
+    )
+    llm.fail_next(5, status=503)
+    for n in range(3):
+        await api.post_round("outage", n)
+    await api.idle()
+    statuses = await db.fetch("SELECT status FROM memory WHERE conversation_id = 'outage' ORDER BY memory_id")
+    assert [r[0] for r in statuses] == ["failed"] * 5 + ["completed"]
+    assert (await api.client.get("/conversations/outage")).json()["summary_failures"] == 0
+
+    llm.fail_next(5, status=400)
+    for n in range(3):
+        await api.post_round("refused", n)
+    await api.idle()
+    statuses = await db.fetch(
+        "SELECT status FROM memory WHERE conversation_id = 'refused' ORDER BY memory_id"
+    )
+    assert [r[0] for r in statuses] == ["failed"] * 2
+    row = await db.fetchrow(
+        "SELECT summary_failures, summary_due_at FROM conversations WHERE conversation_id = 'refused'"
+    )
+    assert (row["summary_failures"], row["summary_due_at"]) == (2, None)
+    assert "HTTP 400" in (await db.fetchval("SELECT error FROM memory ORDER BY memory_id DESC LIMIT 1"))
+
+
 async def test_the_model_circuit_opens_during_an_outage_and_closes_after(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
