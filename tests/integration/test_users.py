@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from tests.fakellm import FakeLLM
-from tests.integration.conftest import App
+from tests.integration.conftest import App, AppFactory
 
 
 async def create(api: App, cid: str, user_id: str | None = "ana") -> dict[str, Any]:
@@ -238,3 +238,31 @@ async def test_user_summaries_whose_runner_died_are_claimed_again_then_reaped(
     row = await db.fetchrow("SELECT status, attempts, sources FROM user_memory WHERE user_id = 'ana'")
     assert (row["status"], row["attempts"]) == ("completed", 2)
     assert '"conversation_id": "a"' in row["sources"]
+
+
+async def test_a_user_summary_failing_for_want_of_the_model_is_due_again(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """As for conversations: a user summary that failed because the model was unavailable is
+    due again after its backoff (here 0 s) until one completes; a refused request is not."""
+    api = await make_app(MEMORY_SUMMARY_BACKOFF_SECONDS=0, MEMORY_LLM_BREAKER_FAILURES=100)
+    await create(api, "a")
+    await chat(api, "a", 4)
+    await api.client.post("/conversations/a/end")
+    await api.idle()
+    statuses = "SELECT status FROM user_memory ORDER BY memory_id"
+    before = [r[0] for r in await db.fetch(statuses)]
+    assert before and set(before) == {"completed"}
+
+    due = "UPDATE users SET summary_due_at = now()"  # as a conversation of the user advancing
+    llm.fail_next(3, status=503)
+    await db.execute(due)
+    await api.idle()
+    after = [r[0] for r in await db.fetch(statuses)]
+    assert after == [*before, "failed", "failed", "failed", "completed"]
+
+    llm.fail_next(1, status=400)
+    await db.execute(due)
+    await api.idle()
+    assert [r[0] for r in await db.fetch(statuses)][-1] == "failed"
+    assert await db.fetchval("SELECT summary_due_at FROM users") is None
