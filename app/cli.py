@@ -79,7 +79,8 @@ def ready_database(settings: Settings, *, migrate: bool) -> str:
         )
     )
     if migrate:
-        migrate_or_fail(url)
+        # Behind PgBouncer the migrations' advisory lock needs a session: DATABASE_DIRECT_URL.
+        migrate_or_fail(settings.DATABASE_DIRECT_URL or url)
         logger.info("Database migrated to head")
     return url
 
@@ -141,7 +142,7 @@ def _shown(name: str, value: object) -> str:
         return _masked_api_keys(value.get_secret_value())
     if isinstance(value, SecretStr):
         return MASK
-    if name == "DATABASE_URL":
+    if name in ("DATABASE_URL", "DATABASE_DIRECT_URL"):
         return masked_url(str(value))
     if name == "OPENAI_BASE_URL":
         return _masked_http_url(str(value))

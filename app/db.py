@@ -36,6 +36,12 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGED_ALEMBIC = Path(__file__).resolve().parent / "_alembic"
 # UTC, so timestamps PostgreSQL renders into JSON read the same whatever the server's zone.
 SERVER_SETTINGS = {"application_name": "memory-service", "timezone": "UTC"}
+# The service's transactions run their statements back to back. One left open and idle this long
+# belongs to a frozen or wedged process (SIGSTOP, a suspended VM) and holds row locks that block
+# every write to its conversations: PostgreSQL ends its session. PgBouncer refuses this start-up
+# parameter; its own idle_transaction_timeout does the same there (see the README).
+IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+SESSION_SETTINGS = {**SERVER_SETTINGS, "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT}
 
 
 def prune_dead_handles(pgdata: Path) -> None:
@@ -224,7 +230,7 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         # Client-side, per statement: also fires when the server is frozen or unreachable, which
         # a server-side statement_timeout never does.
         "command_timeout": settings.DATABASE_STATEMENT_TIMEOUT_SECONDS,
-        "server_settings": SERVER_SETTINGS,
+        "server_settings": SERVER_SETTINGS if settings.DATABASE_PGBOUNCER else SESSION_SETTINGS,
         **(pgbouncer_connect_args() if settings.DATABASE_PGBOUNCER else {}),
     }
     engine = create_async_engine(
@@ -298,7 +304,7 @@ async def _no_reset(_connection: asyncpg.Connection) -> None:
 # default keeps planning it anew on every call (0.65-0.8 ms of planning, 4x the execution), as the
 # generic plan's estimates look worse than they run. Measured in bench/ (GET context, 16
 # connections): 910-985 req/s with the default, 1,370-1,615 with this.
-READ_POOL_SERVER_SETTINGS = {**SERVER_SETTINGS, "plan_cache_mode": "force_generic_plan"}
+READ_POOL_SERVER_SETTINGS = {**SESSION_SETTINGS, "plan_cache_mode": "force_generic_plan"}
 
 # How long returning a connection whose statement timed out waits for the server to confirm the
 # cancel (milliseconds when it is up); past it the connection is closed instead.

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import SERVER_SETTINGS
@@ -38,8 +39,19 @@ class EventHub:
     """Subscriptions to conversations' events in this process, the LISTEN connection behind
     them, and the bound on open streams."""
 
-    def __init__(self, *, engine: AsyncEngine, max_streams: int, heartbeat_seconds: float) -> None:
-        self.dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        max_streams: int,
+        heartbeat_seconds: float,
+        listen_url: str | None = None,
+    ) -> None:
+        # LISTEN needs a session of its own on PostgreSQL (PgBouncer in transaction mode hands
+        # the server connection to other clients between statements): ``listen_url``, else the
+        # engine's.
+        url = make_url(listen_url) if listen_url is not None else engine.url
+        self.dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.engine = engine
         self.max_streams = max_streams
         self.heartbeat_seconds = heartbeat_seconds

@@ -50,10 +50,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async with running_service(settings, run_summaries=settings.MEMORY_RUN_SUMMARIES) as service:
             app.state.engine = service.engine
             app.state.service = service
+            if settings.DATABASE_PGBOUNCER and settings.DATABASE_DIRECT_URL is None:
+                logger.warning(
+                    "DATABASE_PGBOUNCER is set but DATABASE_DIRECT_URL is not: the event streams' "
+                    "LISTEN connection goes through PgBouncer, which does not carry notifications "
+                    "in transaction mode; set DATABASE_DIRECT_URL to PostgreSQL itself"
+                )
             hub = EventHub(
                 engine=service.engine,
                 max_streams=settings.MEMORY_EVENTS_MAX_STREAMS,
                 heartbeat_seconds=settings.MEMORY_EVENTS_HEARTBEAT_SECONDS,
+                listen_url=settings.DATABASE_DIRECT_URL,
             )
             app.state.hub = service.hub = hub
             await hub.start()

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=10.0, ge=0, le=3600)
     # Set when DATABASE_URL points at PgBouncer in transaction pooling mode (see the README).
     DATABASE_PGBOUNCER: bool = False
+    # PostgreSQL itself, for what needs a session of its own: the event streams' LISTEN
+    # connection and the migrations at start-up. Unset: DATABASE_URL.
+    DATABASE_DIRECT_URL: str | None = None
 
     MEMORY_POLICY: str = Field(
         default="sliding_window",
@@ -171,7 +174,7 @@ class Settings(BaseSettings):
         # docker compose passes unset variables as "", which must mean "not configured".
         return None if value == "" else value
 
-    @field_validator("DATABASE_URL")
+    @field_validator("DATABASE_URL", "DATABASE_DIRECT_URL")
     @classmethod
     def _normalize_url(cls, value: str | None) -> str | None:
         if value is None or value == "":

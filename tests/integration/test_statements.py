@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import create_engine
 from app.repositories import statements
 from app.repositories.statements import Statement
 from app.settings import Settings
+from tests.integration.conftest import eventually
 
 # What a statement on a terminated backend raises (asyncpg reports some as an internal error).
 LOST = (
@@ -119,3 +121,37 @@ async def test_a_lost_connection_makes_the_pool_replace_its_older_ones(
             assert await raw.fetchval("SELECT 1") == 1
     finally:
         await engine.dispose()
+
+
+async def test_a_transaction_left_idle_is_ended_by_the_server(engine: AsyncEngine, database_url: str) -> None:
+    """A frozen process's open transaction would hold its row locks forever: every session of
+    the engine carries idle_in_transaction_session_timeout, except behind PgBouncer, which
+    refuses that start-up parameter (its own idle_transaction_timeout does the job there)."""
+    async with statements.connect(engine, transaction=False) as raw:
+        assert await raw.fetchval("SHOW idle_in_transaction_session_timeout") == "1min"
+        # Set lower for this session: a transaction left idle ends the session.
+        await raw.execute("SET idle_in_transaction_session_timeout = '100ms'")
+        pid = await raw.fetchval("SELECT pg_backend_pid()")
+        transaction = raw.transaction()
+        await transaction.start()
+        observer = await asyncpg.connect(
+            make_url(database_url).set(drivername="postgresql").render_as_string(False)
+        )
+        try:
+
+            async def ended() -> bool:
+                return not await observer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid
+                )
+
+            await eventually(ended, what="the idle transaction's session to end")
+        finally:
+            await observer.close()
+        with pytest.raises(LOST):
+            await raw.fetchval("SELECT 1")
+    bouncer = create_engine(database_url, Settings(_env_file=None, DATABASE_PGBOUNCER=True))
+    try:
+        async with statements.connect(bouncer, transaction=True) as direct:
+            assert await direct.fetchval("SHOW idle_in_transaction_session_timeout") == "0"
+    finally:
+        await bouncer.dispose()
