@@ -503,6 +503,10 @@ class ContextOut(BaseModel):
     )
     omitted_messages: OmittedMessages | None = Field(description="The raw messages left out, if any.")
     processing: ProcessingMemory | None = Field(description="A newer summary still running.")
+    summary_due: bool = Field(
+        description="A summary is due and waits for a runner to start it (a worker's next claim); "
+        "`processing` shows it once it runs. ?wait_for_pending waits for it too."
+    )
     summary_backoff: SummaryBackoff | None = Field(
         description="Set while the conversation's summaries keep failing: no summary starts "
         "before retry_at (a manual one or a retry still can)."
@@ -517,13 +521,13 @@ class ContextOut(BaseModel):
     )
     waited: bool | None = Field(
         default=None,
-        description="Only with ?wait_for_pending: true when a summary was processing and the read "
-        "waited for it.",
+        description="Only with ?wait_for_pending: true when a summary was processing or due and the "
+        "read waited for it.",
     )
     pending: bool | None = Field(
         default=None,
-        description="Only with ?wait_for_pending: true when the summary that was processing still "
-        "is (the wait ran out); false when it completed or failed, or none was processing.",
+        description="Only with ?wait_for_pending: true when the summary that was processing or due "
+        "still is (the wait ran out); false when it completed or failed, or none was processing or due.",
     )
     user_summary: UserSummaryBrief | None = Field(
         default=None,

@@ -90,8 +90,9 @@ async def get_context(
             ge=0,
             allow_inf_nan=False,
             le=3600,
-            description="Seconds (capped by MEMORY_CONTEXT_MAX_WAIT_SECONDS): when a summary is processing, "
-            "wait until it completes or fails, or this time passes, then answer. `waited` and `pending` "
+            description="Seconds (capped by MEMORY_CONTEXT_MAX_WAIT_SECONDS): when a summary is processing "
+            "(or due, waiting for a runner), wait until it completes or fails, or this time passes, then "
+            "answer. `waited` and `pending` "
             "(and the X-Context-Waited / X-Context-Pending headers) say what happened.",
         ),
     ] = None,

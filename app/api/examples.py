@@ -115,6 +115,7 @@ CONTEXT = {
     "truncated": False,
     "omitted_messages": None,
     "processing": None,
+    "summary_due": False,
     "summary_backoff": None,
     "last_sequence": 5,
     "tokens": {"summaries": 52, "messages": 0, "total": 52},

@@ -1156,6 +1156,7 @@ class MemoryService:
             "truncated": False,
             "omitted_messages": None,
             "processing": None,
+            "summary_due": False,
             "summary_backoff": None,
             "last_sequence": None,
             "tokens": {"summaries": 0, "messages": 0, "total": 0},
@@ -1216,18 +1217,25 @@ class MemoryService:
         seconds: float,
     ) -> dict[str, Any]:
         """Wait up to ``seconds`` for the summary ``context`` shows processing to complete or
-        fail, woken by its event (app.events), and return the context read then, with ``waited``
-        and ``pending``."""
+        fail, or, with none processing but one due (waiting for a runner: a worker's claim),
+        for that one to start and then end; woken by the conversation's events (app.events).
+        Returns the context read then, with ``waited`` and ``pending``."""
         processing = context["processing"]
-        if processing is None or seconds <= 0 or self.hub is None:
-            return context | {"waited": False, "pending": processing is not None}
-        awaited = processing["memory_id"]
+        busy = processing is not None or context["summary_due"]
+        if not busy or seconds <= 0 or self.hub is None:
+            return context | {"waited": False, "pending": busy}
+        awaited = None if processing is None else processing["memory_id"]
         latest = context
 
         async def settled() -> bool:
-            nonlocal latest
+            nonlocal latest, awaited
             latest = orjson.loads(await read())
             now = latest["processing"]
+            if awaited is None:  # the due summary has not started yet
+                if now is not None:
+                    awaited = now["memory_id"]
+                    return False
+                return not latest["summary_due"]
             return now is None or now["memory_id"] != awaited
 
         # The mark outlives the wait by a little: it only costs NOTIFYs.

@@ -474,7 +474,7 @@ CONTEXT_SQL = f"""
 WITH RECURSIVE conv AS (
     SELECT next_sequence, next_round, next_tokens, context_summaries, context_recent_rounds,
            context_max_summary_tokens, memory_policy ->> 'name' AS policy, summary_failures,
-           summary_retry_at, user_id
+           summary_retry_at, summary_due_at, user_id
     FROM conversations
     WHERE conversation_id = $1 AND tenant_id = $2
 ), {
@@ -586,6 +586,7 @@ SELECT json_build_object(
     'truncated', EXISTS (SELECT 1 FROM omitted),
     'omitted_messages', (SELECT row_to_json(omitted) FROM omitted),
     'processing', (SELECT row_to_json(proc) FROM proc),
+    'summary_due', coalesce((SELECT summary_due_at <= now() FROM conv), false),
     'summary_backoff', (SELECT json_build_object('failures', summary_failures, 'retry_at', summary_retry_at)
                         FROM conv WHERE summary_failures > 0),
     'last_sequence', nullif((SELECT next_sequence FROM conv) - 1, -1),

@@ -307,6 +307,34 @@ async def test_wait_for_pending_waits_for_the_summary_or_the_time(make_app: AppF
     assert body["processing"] is None and body["summaries"][0]["memory_id"] == 1
 
 
+async def test_wait_for_pending_waits_for_a_due_summary_a_worker_has_not_started(
+    make_app: AppFactory, llm: FakeLLM
+) -> None:
+    """With summaries on workers a round's summary is due, not processing, until a worker claims
+    it: the context says so (summary_due), and a read waits for it to start and end."""
+    api = await make_app(MEMORY_RUN_SUMMARIES=False)
+    for n in range(3):
+        await api.post_round("due", n)
+    body = (await api.client.get("/conversations/due/context", params={"wait_for_pending": 0.3})).json()
+    assert (body["summary_due"], body["processing"], body["waited"], body["pending"]) == (
+        True,
+        None,
+        True,
+        True,
+    )
+
+    waiting = asyncio.create_task(
+        api.client.get("/conversations/due/context", params={"wait_for_pending": 20})
+    )
+    hub = api.app.state.hub
+    await eventually(lambda: _true(hub.subscribers("due") == 1), what="the read to wait")
+    await make_app()  # a replica that runs summaries: it claims the due one
+    body = (await asyncio.wait_for(waiting, 15)).json()
+    assert (body["waited"], body["pending"], body["summary_due"]) == (True, False, False)
+    assert body["processing"] is None and body["summaries"][0]["end_sequence"] == 5
+    assert len(llm.calls) == 1
+
+
 async def test_wait_for_pending_is_capped_by_the_setting(make_app: AppFactory, llm: FakeLLM) -> None:
     api = await make_app(MEMORY_CONTEXT_MAX_WAIT_SECONDS=0.2)
     llm.hold = True

@@ -208,7 +208,7 @@ class Client:
         wait_for_pending: float | None = None,
     ) -> models.Context:
         """The bounded context (``format=json``): summaries, raw messages, token counts. With
-        ``wait_for_pending``, a summary processing is waited for up to that many seconds
+        ``wait_for_pending``, a summary processing or due is waited for up to that many seconds
         (``waited``, ``pending`` say what happened)."""
         return self._send(
             _core.get_context(

@@ -143,6 +143,7 @@ class Context(Model):
     truncated: bool
     omitted_messages: OmittedMessages | None
     processing: ProcessingMemory | None
+    summary_due: bool = False  # absent from servers before it was added
     summary_backoff: SummaryBackoff | None
     last_sequence: int | None
     tokens: ContextTokens
