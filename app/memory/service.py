@@ -95,6 +95,10 @@ EMPTY = ConversationState(last_sequence=-1, last_round=-1, latest_completed=None
 logger = logging.getLogger("app.memory")
 
 
+# How long drain() waits before looking again while the database is unavailable.
+DRAIN_RETRY_SECONDS = 1.0
+
+
 class WorkKey(NamedTuple):
     """What a runner runs: a conversation's summary is a memory row, a user's
     cross-conversation summary a user_memory row; the runner knows neither. ``attempt`` is the
@@ -1096,21 +1100,36 @@ class MemoryService:
 
     async def drain(self) -> None:
         """Run until no work is due now and nothing runs here (tests, benchmarks, a worker's
-        --drain): claim, wait for what was claimed, and look again."""
+        --drain): claim, wait for what was claimed, and look again. While the database is
+        unavailable (restarting, out of connections) it waits and tries again, as the claim
+        loop does."""
         while True:
-            claimed = await self.runner.claim_now()
-            await self.runner.wait_idle()
-            if claimed:
+            try:
+                claimed = await self.runner.claim_now()
+                await self.runner.wait_idle()
+                if claimed:
+                    continue
+                async with self.engine.connect() as conn:
+                    found = [
+                        *await work.candidates(
+                            conn,
+                            limit=1,
+                            max_attempts=self.retries.max_attempts,
+                            backoff=self.retries.backoff,
+                        ),
+                        *await users.candidates(
+                            conn,
+                            limit=1,
+                            max_attempts=self.retries.max_attempts,
+                            backoff=self.retries.backoff,
+                        ),
+                    ]
+            except Exception as exc:
+                if classify_db_error(exc) is None:
+                    raise
+                logger.warning("Draining: the database is unavailable (%s); retrying", describe_db_error(exc))
+                await asyncio.sleep(DRAIN_RETRY_SECONDS)
                 continue
-            async with self.engine.connect() as conn:
-                found = [
-                    *await work.candidates(
-                        conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
-                    ),
-                    *await users.candidates(
-                        conn, limit=1, max_attempts=self.retries.max_attempts, backoff=self.retries.backoff
-                    ),
-                ]
             if not found and self.runner.idle:
                 return
             if found:

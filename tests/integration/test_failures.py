@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import asyncpg
+import pytest
 
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import AppFactory, eventually
@@ -148,3 +149,30 @@ async def test_a_summary_whose_first_statement_fails_is_marked_failed_at_once(
     row = await db.fetchrow("SELECT status, attempts, error, lease_expires_at FROM memory")
     assert (row["status"], row["attempts"], row["lease_expires_at"]) == ("failed", key.attempt, None)
     assert "connection" in row["error"].lower(), row["error"]
+
+
+async def test_drain_waits_out_an_unavailable_database(
+    make_app: AppFactory, db: asyncpg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`worker --drain` and the tests' drain retry while the database cannot answer (here: a
+    lock makes every claim time out) instead of stopping with a traceback."""
+    api = await make_app(DATABASE_STATEMENT_TIMEOUT_SECONDS=0.5)
+    for n in range(3):
+        await api.post_round("drained", n)
+    lock = db.transaction()
+    await lock.start()
+    try:
+        await db.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
+        draining = asyncio.create_task(api.service.drain())
+        await eventually(
+            lambda: _true("Draining: the database is unavailable" in caplog.text), what="drain to retry"
+        )
+        assert not draining.done()
+    finally:
+        await lock.rollback()
+    await asyncio.wait_for(draining, timeout=15)
+    assert await db.fetchval("SELECT status FROM memory") == "completed"
+
+
+async def _true(value: bool) -> bool:
+    return value
