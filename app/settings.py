@@ -55,9 +55,9 @@ class Settings(BaseSettings):
     DATABASE_CONNECT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
     # Client-side (asyncpg command_timeout): also bounds a statement on a frozen server.
     DATABASE_STATEMENT_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
-    # `serve`, `migrate` and `ops` wait this long for a database that refuses connections, does
-    # not answer or is starting up (each attempt bounded by DATABASE_CONNECT_TIMEOUT_SECONDS),
-    # then exit with one line naming the cause.
+    # `serve`, `worker`, `migrate`, `ops`, `export` and `import` wait this long for a database
+    # that refuses connections, does not answer or is starting up (each attempt bounded by
+    # DATABASE_CONNECT_TIMEOUT_SECONDS), then exit with one line naming the cause.
     DATABASE_STARTUP_WAIT_SECONDS: float = Field(default=10.0, ge=0, le=3600)
     # Set when DATABASE_URL points at PgBouncer in transaction pooling mode (see the README).
     DATABASE_PGBOUNCER: bool = False
