@@ -44,7 +44,7 @@ class ServerProcess:
     def command(self) -> list[str]:
         return ["serve", "--host", "127.0.0.1", "--port", str(self.port)]
 
-    def wait_ready(self, within: float = 30.0) -> ServerProcess:
+    def wait_ready(self, within: float = 60.0) -> ServerProcess:
         """Wait until the process serves (a worker: until it runs), or fail with its log."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
@@ -90,7 +90,7 @@ class WorkerProcess(ServerProcess):
     def command(self) -> list[str]:
         return ["worker"]
 
-    def wait_ready(self, within: float = 30.0) -> WorkerProcess:
+    def wait_ready(self, within: float = 60.0) -> WorkerProcess:
         deadline = time.monotonic() + within
         while "Worker running" not in self.log_text():
             if self.process.poll() is not None:

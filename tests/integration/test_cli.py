@@ -30,10 +30,10 @@ _SCRUBBED = ("DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMORY_SUMMAR
 
 # Upper bounds only show a failure is reported in bounded time (it once took 75 s): they allow
 # for the interpreter's start and imports on a loaded machine, not precise timing.
-SLACK = 20.0
+SLACK = 40.0
 
 
-def run(*args: str, cwd: Path, timeout: float = 60, **env: str) -> tuple[int, str, str, float]:
+def run(*args: str, cwd: Path, timeout: float = 120, **env: str) -> tuple[int, str, str, float]:
     """Run `memory-service args`; (exit code, stdout, stderr, seconds)."""
     full = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
     full.update({"LOG_LEVEL": "WARNING", **env})
