@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class AppError(Exception):
     status_code = 400
     code = "bad_request"
+    # Response headers the status calls for.
+    headers: ClassVar[dict[str, str] | None] = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -35,6 +39,7 @@ class PayloadTooLarge(AppError):
 class Unauthorized(AppError):
     status_code = 401
     code = "unauthorized"
+    headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": "Bearer"}
 
 
 class Invalid(AppError):
@@ -54,7 +59,9 @@ class Invalid(AppError):
 
 
 class TooManyStreams(AppError):
-    """Every event stream this process allows is open (MEMORY_EVENTS_MAX_STREAMS)."""
+    """Every event stream this process allows is open (MEMORY_EVENTS_MAX_STREAMS). Streams close
+    as their clients leave: a few seconds is a fair wait (a retry may reach another replica)."""
 
     status_code = 429
     code = "too_many_requests"
+    headers: ClassVar[dict[str, str] | None] = {"Retry-After": "5"}

@@ -117,11 +117,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse(
-            status_code=exc.status_code,
-            content={"detail": exc.detail, "code": exc.code},
-            headers=headers,
+            status_code=exc.status_code, content={"detail": exc.detail, "code": exc.code}, headers=exc.headers
         )
 
     @app.exception_handler(RequestValidationError)

@@ -79,8 +79,9 @@ ERRORS: dict[int, ErrorDoc] = {
     ),
     429: ErrorDoc(
         "too_many_requests",
-        "Too many of something open at once on this server process: retry later.",
+        "Too many of something open at once on this server process: retry after Retry-After.",
         "1000 event streams are open on this server (MEMORY_EVENTS_MAX_STREAMS); retry later",
+        headers={"Retry-After": _header("Seconds to wait before retrying.", {"type": "integer"})},
     ),
     431: ErrorDoc(
         "header_too_large",

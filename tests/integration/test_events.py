@@ -238,7 +238,7 @@ async def test_streams_are_bounded_and_survive_the_edge_timeouts(database_url: s
         async with httpx.AsyncClient(base_url=a.url) as client:
             full = await client.get("/conversations/quiet/events")
         assert full.status_code == 429
-        assert full.json()["code"] == "too_many_requests"
+        assert full.json()["code"] == "too_many_requests" and full.headers["Retry-After"] == "5"
         # Well past the body and keep-alive timeouts, heartbeats keep coming and so do events.
         await eventually(lambda: _true(len(first.comments) >= 8), what="heartbeats")
         await post_round(a.url, "quiet", 0)
