@@ -1429,6 +1429,9 @@ class MemoryService:
                     context=policy.context,
                     user_id=document.conversation.user_id,
                     ended_at=document.conversation.ended_at,
+                    last_message_at=max(
+                        (e.created_at for e in document.entries), default=document.conversation.created_at
+                    ),
                 ),
                 plan=plan,
             )

@@ -107,6 +107,7 @@ class NewConversation:
     context: ContextSpec
     user_id: str | None
     ended_at: datetime | None
+    last_message_at: datetime  # its newest entry's time (archiving and listings go by it)
 
 
 async def insert_conversation(
@@ -122,11 +123,12 @@ async def insert_conversation(
                 INSERT INTO conversations (conversation_id, tenant_id, created_at, metadata, memory_policy,
                                            context_summaries, context_recent_rounds,
                                            context_max_summary_tokens, user_id, ended_at, next_sequence,
-                                           next_round, next_tokens, open_tool_calls, last_event_id)
+                                           next_round, next_tokens, open_tool_calls, last_message_at,
+                                           last_event_id)
                 VALUES (:conversation_id, :tenant_id, :created_at, CAST(:metadata AS jsonb),
                         CAST(:memory_policy AS jsonb), :context_summaries, :context_recent_rounds,
                         CAST(:context_max_summary_tokens AS integer), :user_id, :ended_at,
-                        :next_sequence, :next_round, :next_tokens, :open_tool_calls,
+                        :next_sequence, :next_round, :next_tokens, :open_tool_calls, :last_message_at,
                         -- Imported under the id of a deleted one: its events go on after the old ones.
                         (SELECT coalesce(max(event_id), 0) FROM events
                          WHERE conversation_id = CAST(:conversation_id AS varchar)))
@@ -150,6 +152,7 @@ async def insert_conversation(
                 "next_round": plan.next_round,
                 "next_tokens": plan.next_tokens,
                 "open_tool_calls": plan.open_tool_calls,
+                "last_message_at": new.last_message_at,
             },
         )
     ).one_or_none()

@@ -146,6 +146,12 @@ async def test_export_import_export_is_the_same_document(api: App, llm: FakeLLM,
     assert second["conversation"]["conversation_id"] == "copy"
     assert without_ids(second) == without_ids(first)
     assert second["entries"] == first["entries"]  # content as posted, times and tokens kept
+    # So is the time of the last message (listings and archiving go by it), not the import's.
+    listed = {
+        c: (await api.client.get(f"/conversations/{c}")).json()["last_message_at"]
+        for c in ("original", "copy")
+    }
+    assert listed["copy"] == listed["original"]
     # The copy's context is the original's.
     contexts = [(await api.client.get(f"/conversations/{c}/context")).json() for c in ("original", "copy")]
     for context in contexts:
