@@ -354,33 +354,34 @@ async def fail(
     return done is not None
 
 
+def release_sql(table: str) -> str:
+    """Giving an owned row of ``table`` (memory, user_memory: the same columns) back to the
+    queue, its attempt not counted (:memory_id, :attempt)."""
+    return f"""
+        UPDATE {table} SET lease_expires_at = NULL, attempts = attempts - 1
+        WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
+        RETURNING 1
+    """
+
+
+def renew_leases_sql(table: str) -> str:
+    """Renewing the leases of owned rows of ``table`` (:ids, :lease seconds)."""
+    return f"""
+        UPDATE {table} SET lease_expires_at = now() + make_interval(secs => :lease)
+        WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
+          AND lease_expires_at IS NOT NULL
+    """
+
+
 async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> bool:
     """Give an owned row back to the queue (this runner is shutting down): another runner
     claims it at once, and the attempt is not counted."""
-    done = await conn.scalar(
-        sql(
-            """
-            UPDATE memory SET lease_expires_at = NULL, attempts = attempts - 1
-            WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-            RETURNING 1
-            """
-        ),
-        {"memory_id": memory_id, "attempt": attempt},
-    )
+    done = await conn.scalar(sql(release_sql("memory")), {"memory_id": memory_id, "attempt": attempt})
     return done is not None
 
 
 async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float) -> int:
-    result = await conn.execute(
-        sql(
-            """
-            UPDATE memory SET lease_expires_at = now() + make_interval(secs => :lease)
-            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
-              AND lease_expires_at IS NOT NULL
-            """
-        ),
-        {"ids": memory_ids, "lease": lease_seconds},
-    )
+    result = await conn.execute(sql(renew_leases_sql("memory")), {"ids": memory_ids, "lease": lease_seconds})
     return int(result.rowcount)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repositories.memory import Backoff, retry_delay_sql
+from app.repositories.memory import Backoff, release_sql, renew_leases_sql, retry_delay_sql
 from app.repositories.statements import Db, Statement, sql
 from app.repositories.work import claim_rows_sql
 
@@ -282,30 +282,12 @@ async def fail(
 
 async def release(conn: AsyncConnection, *, memory_id: int, attempt: int) -> bool:
     """Give an owned row back to the queue (shutting down); the attempt is not counted."""
-    done = await conn.scalar(
-        sql(
-            """
-            UPDATE user_memory SET lease_expires_at = NULL, attempts = attempts - 1
-            WHERE memory_id = :memory_id AND status = 'processing' AND attempts = :attempt
-            RETURNING 1
-            """
-        ),
-        {"memory_id": memory_id, "attempt": attempt},
-    )
+    done = await conn.scalar(sql(release_sql("user_memory")), {"memory_id": memory_id, "attempt": attempt})
     return done is not None
 
 
 async def renew_leases(conn: AsyncConnection, *, memory_ids: list[int], lease_seconds: float) -> None:
-    await conn.execute(
-        sql(
-            """
-            UPDATE user_memory SET lease_expires_at = now() + make_interval(secs => :lease)
-            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
-              AND lease_expires_at IS NOT NULL
-            """
-        ),
-        {"ids": memory_ids, "lease": lease_seconds},
-    )
+    await conn.execute(sql(renew_leases_sql("user_memory")), {"ids": memory_ids, "lease": lease_seconds})
 
 
 async def reap_expired(conn: AsyncConnection, *, max_attempts: int) -> list[dict[str, Any]]:
