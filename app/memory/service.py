@@ -184,7 +184,8 @@ def unavailable(exc: BaseException) -> bool:
     gets its summary once the model is back."""
     if isinstance(exc, LLMRequestError):
         return not exc.rejected
-    return isinstance(exc, LLMCallTimeoutError) or failure_reason(exc) == "database"
+    # A database that is unreachable, restarting or busy; not an error of the statement itself.
+    return isinstance(exc, LLMCallTimeoutError) or classify_db_error(exc) is not None
 
 
 def _with_started(state: ConversationState, row: dict[str, Any] | None) -> ConversationState:
