@@ -75,6 +75,7 @@ def settings_for(database_url: str, llm: FakeLLM, **overrides: Any) -> Settings:
         "MEMORY_LLM_TIMEOUT_SECONDS": 30,
         "MEMORY_SHUTDOWN_GRACE_SECONDS": 0,
         "DATABASE_POOL_SIZE": 5,
+        "DATABASE_MAX_OVERFLOW": 5,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)
