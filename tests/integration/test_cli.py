@@ -17,8 +17,10 @@ from pathlib import Path
 import asyncpg
 import orjson
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
+from app.db import alembic_config
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import AppFactory
 
@@ -242,3 +244,42 @@ async def test_ops_commands_run_the_service_queries_and_retries(
     assert (lease_age[0], orjson.loads(lease_age[1])) == (0, [])  # none older than the 300 s lease
     llm.release_all()
     await api.idle()
+
+
+def test_commands_that_do_not_migrate_refuse_a_database_behind_this_version(
+    server_url: str, tmp_path: Path
+) -> None:
+    """`ops`, `export`, `import` (and `serve`/`worker --no-migrate`) on a database with no schema,
+    or an older one, say to migrate instead of failing on a missing table."""
+    name = f"memory_unmigrated_{uuid.uuid4().hex[:8]}"
+    admin = make_url(server_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    older = next(iter(ScriptDirectory.from_config(alembic_config(url)).walk_revisions())).down_revision
+
+    async def sql(statement: str, database: str | None = None) -> None:
+        target = admin if database is None else make_url(admin).set(database=database).render_as_string(False)
+        conn = await asyncpg.connect(target)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(sql(f'CREATE DATABASE "{name}"'))
+    try:
+        code, _, err, _ = run("ops", "stats", cwd=tmp_path, DATABASE_URL=url)
+        assert code == 1
+        assert_one_line_error(err, "has no schema yet: run `memory-service migrate`")
+        asyncio.run(
+            sql(
+                "CREATE TABLE alembic_version (version_num varchar(32)); "
+                f"INSERT INTO alembic_version VALUES ('{older}')",
+                name,
+            )
+        )
+        code, _, err, _ = run("export", "anything", cwd=tmp_path, DATABASE_URL=url)
+        assert code == 1
+        assert_one_line_error(
+            err, f"is at migration {older} and this version needs", "memory-service migrate"
+        )
+    finally:
+        asyncio.run(sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
