@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from app.db import alembic_config
 from tests.fakellm import FakeLLM
 from tests.integration.conftest import AppFactory
+from tests.integration.installs import throwaway_database
 
 # The console script of this environment: what `uv run memory-service` runs.
 COMMAND = str(Path(sys.executable).with_name("memory-service"))
@@ -251,35 +252,23 @@ def test_commands_that_do_not_migrate_refuse_a_database_behind_this_version(
 ) -> None:
     """`ops`, `export`, `import` (and `serve`/`worker --no-migrate`) on a database with no schema,
     or an older one, say to migrate instead of failing on a missing table."""
-    name = f"memory_unmigrated_{uuid.uuid4().hex[:8]}"
-    admin = make_url(server_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    older = next(iter(ScriptDirectory.from_config(alembic_config(url)).walk_revisions())).down_revision
-
-    async def sql(statement: str, database: str | None = None) -> None:
-        target = admin if database is None else make_url(admin).set(database=database).render_as_string(False)
-        conn = await asyncpg.connect(target)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(sql(f'CREATE DATABASE "{name}"'))
-    try:
+    with throwaway_database(server_url) as url:
         code, _, err, _ = run("ops", "stats", cwd=tmp_path, DATABASE_URL=url)
         assert code == 1
         assert_one_line_error(err, "has no schema yet: run `memory-service migrate`")
-        asyncio.run(
-            sql(
-                "CREATE TABLE alembic_version (version_num varchar(32)); "
-                f"INSERT INTO alembic_version VALUES ('{older}')",
-                name,
-            )
-        )
+        older = next(iter(ScriptDirectory.from_config(alembic_config(url)).walk_revisions())).down_revision
+
+        async def at_older() -> None:
+            conn = await asyncpg.connect(url)
+            try:
+                await conn.execute("CREATE TABLE alembic_version (version_num varchar(32))")
+                await conn.execute("INSERT INTO alembic_version VALUES ($1)", older)
+            finally:
+                await conn.close()
+
+        asyncio.run(at_older())
         code, _, err, _ = run("export", "anything", cwd=tmp_path, DATABASE_URL=url)
         assert code == 1
         assert_one_line_error(
             err, f"is at migration {older} and this version needs", "memory-service migrate"
         )
-    finally:
-        asyncio.run(sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
