@@ -388,8 +388,9 @@ _BUSY_SQLSTATES = {
     "57014",  # query_canceled (statement_timeout, a cancel)
 }
 _DRIVER_MODULES = ("asyncpg", "sqlalchemy")
-# The standard library's networking under the driver (uvloop's is C, with no frames).
-_IO_MODULES = ("asyncio", "socket", "ssl", "selectors", "contextlib")
+# The event loop's networking under the driver: the standard library's, or uvloop's (C, whose
+# frames still name their module: `serve` and `worker` run on it).
+_IO_MODULES = ("asyncio", "socket", "ssl", "selectors", "contextlib", "uvloop")
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
