@@ -122,14 +122,20 @@ async def candidates(
 
 def claim_rows_sql(table: str) -> str:
     """The claim of queued or abandoned 'processing' rows of ``table`` (memory, user_memory: the
-    same columns): set their leases and count the attempts, in one statement."""
+    same columns): set their leases and count the attempts, in one statement. A row another
+    transaction has locked (a runner completing or failing it, or a frozen process's) is skipped,
+    not waited for: the rest of the batch is claimed, and the row is looked at again next time."""
+    claimable = f"""status = 'processing'
+          AND (lease_expires_at IS NULL
+               OR (attempts < :max_attempts
+                   AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))"""
     return f"""
         UPDATE {table}
         SET lease_expires_at = now() + make_interval(secs => :lease), attempts = attempts + 1
-        WHERE memory_id = ANY(CAST(:ids AS integer[])) AND status = 'processing'
-          AND (lease_expires_at IS NULL
-               OR (attempts < :max_attempts
-                   AND lease_expires_at < now() - make_interval(secs => {retry_delay_sql("attempts")})))
+        WHERE memory_id IN (SELECT memory_id FROM {table}
+                            WHERE memory_id = ANY(CAST(:ids AS integer[])) AND {claimable}
+                            FOR UPDATE SKIP LOCKED)
+          AND {claimable}
         RETURNING memory_id, attempts
     """
 

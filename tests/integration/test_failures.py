@@ -176,3 +176,30 @@ async def test_drain_waits_out_an_unavailable_database(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_locked_queued_row_does_not_hold_back_the_claim_of_the_others(
+    make_app: AppFactory, db: asyncpg.Connection
+) -> None:
+    """A row another transaction holds (a frozen process's) is skipped by the claim, which takes
+    the rest of its batch at once instead of waiting on the lock (and timing out)."""
+    api = await make_app(MEMORY_RUN_SUMMARIES=False, DATABASE_STATEMENT_TIMEOUT_SECONDS=2)
+    for cid in ("held", "free"):
+        for n in range(3):
+            await api.post_round(cid, n)
+        queued = await api.client.post(f"/ops/conversations/{cid}/summarize")
+        assert queued.status_code == 202, queued.text
+    lock = db.transaction()
+    await lock.start()
+    try:
+        await db.execute("SELECT 1 FROM memory WHERE conversation_id = 'held' FOR UPDATE")
+        claimed = await api.service.claim_work(10)
+        rows = await db.fetch(
+            "SELECT memory_id, conversation_id FROM memory WHERE memory_id = ANY($1::integer[])",
+            [key.row_id for key in claimed],
+        )
+        assert [r["conversation_id"] for r in rows] == ["free"]
+    finally:
+        await lock.rollback()
+    [key] = await api.service.claim_work(10)
+    assert await db.fetchval("SELECT conversation_id FROM memory WHERE memory_id = $1", key.row_id) == "held"
