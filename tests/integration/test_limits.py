@@ -164,6 +164,29 @@ async def test_an_outage_longer_than_the_attempts_still_ends_in_a_summary_but_a_
     assert "HTTP 400" in (await db.fetchval("SELECT error FROM memory ORDER BY memory_id DESC LIMIT 1"))
 
 
+async def test_a_rolling_block_that_failed_in_an_outage_is_summarized_when_it_ends(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """Rolling blocks start the next block after the newest row of any status; a failed newest
+    block is tried again (same interactions) while the next one is not full, so a quiet
+    conversation still gets it."""
+    api = await make_app(
+        MEMORY_SUMMARY_MAX_ATTEMPTS=2, MEMORY_SUMMARY_BACKOFF_SECONDS=0, MEMORY_LLM_BREAKER_FAILURES=100
+    )
+    created = await api.client.post(
+        "/conversations",
+        json={"conversation_id": "blocks", "memory_policy": {"name": "rolling_blocks", "window": 2}},
+    )
+    assert created.status_code == 201, created.text
+    llm.fail_next(3, status=503)
+    for n in range(3):  # the first block: interactions 1-3
+        await api.post_round("blocks", n)
+    await api.idle()
+    rows = await db.fetch("SELECT status, start_round, end_round FROM memory ORDER BY memory_id")
+    assert [tuple(r) for r in rows] == [("failed", 0, 2)] * 3 + [("completed", 0, 2)]
+    assert [s["end_round"] for s in (await api.context("blocks"))["summaries"]] == [2]
+
+
 async def test_the_model_circuit_opens_during_an_outage_and_closes_after(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:

@@ -67,11 +67,16 @@ def test_after_85_interactions_the_context_shows_3_blocks_and_the_window_65_85()
 
 def test_every_trigger_starts_the_oldest_full_block_without_a_row() -> None:
     policy = RollingBlocksPolicy(RollingBlocksConfig())
-    # Block 1 (interactions 23-43) failed; interaction 50 arrives: the next block is not full.
+    # Block 1 (interactions 23-43) failed; interaction 50 arrives: the next block is not full,
+    # so the failed one is tried again, over the same interactions.
     failed = ref(2, 44, 85, status="failed", kind="block", rounds=(22, 42))
-    assert (
-        policy.plan(observed(policy, state([2] * 50, lookback=0, newest=failed)), Trigger.ROUND_END) is None
-    )
+    assert policy.plan(
+        observed(policy, state([2] * 50, lookback=0, newest=failed)), Trigger.ROUND_END
+    ) == SummaryPlan("block", 22, 42, None, 22)
+    # Once the next block is full it comes first, on time (the failed one: POST .../retry).
+    assert policy.plan(
+        observed(policy, state([2] * 64, lookback=0, newest=failed)), Trigger.ROUND_END
+    ) == SummaryPlan("block", 43, 63, None, 43)
     # Block 0 was still processing when interaction 43 arrived (its insert lost to the
     # one-processing rule): when it completes, block 1 starts though no interaction came.
     done = ref(1, 0, 43, kind="block", rounds=(0, 21))

@@ -60,8 +60,8 @@ class RollingBlocksPolicy(PlainRendering):
         return ContextSpec(summaries=self._config.max_summaries, recent_rounds=self._config.window)
 
     def _next_block(self, state: ConversationState) -> tuple[int, int]:
-        # Blocks are started in order; a block with a row of any status (even failed: it can be
-        # retried) is not started again, so the next block always comes on time.
+        # Blocks are started in order; the next block starts after the newest row of any status
+        # (even failed), so it always comes on time.
         start = 0 if state.newest is None else state.newest.end_round + 1
         return start, block_end(start, self._config.window)
 
@@ -73,6 +73,18 @@ class RollingBlocksPolicy(PlainRendering):
         # After a completion that picks up a boundary passed while the previous block ran.
         start, end = self._next_block(state)
         if end > state.last_round:
+            # Until it is, a newest block whose summary failed (the model was down) is tried
+            # again, over the same interactions: the conversation is due again after a failure,
+            # and a quiet one would otherwise keep that block as raw messages for good.
+            failed = state.newest
+            if failed is not None and failed.status == "failed" and failed.kind == KIND:
+                return SummaryPlan(
+                    kind=KIND,
+                    start_round=failed.start_round,
+                    end_round=failed.end_round,
+                    base_memory_id=None,
+                    input_start_round=failed.start_round,
+                )
             return None
         # A block ends where the next may start: where no tool call waits for a result. When
         # an exchange runs across its last interaction, the block takes the rest of it.
