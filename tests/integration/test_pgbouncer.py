@@ -44,7 +44,7 @@ def pgbouncer(database_url: str) -> Iterator[str]:
 def _run_pgbouncer(tmp_path: Path, target: URL) -> Iterator[str]:
     tmp_path.chmod(0o777)
     # The embedded server's URL names its socket folder (?host=/tmp/...) and port in its query.
-    host = target.host or target.query.get("host") or "127.0.0.1"
+    host = str(target.host or target.query.get("host") or "127.0.0.1")
     port_of_target = target.port or target.query.get("port") or 5432
     port = free_port()
     config = tmp_path / "pgbouncer.ini"
