@@ -66,21 +66,24 @@ def uvicorn_options(settings: Settings, http: str = "auto") -> dict[str, Any]:
 
 def ready_database(settings: Settings, *, migrate: bool) -> str:
     """The database URL (DATABASE_URL, else the embedded server, started), checked reachable
-    within the start-up bound and migrated to head when ``migrate``. Raises app.db.StartupError
-    (one line naming the cause)."""
+    within the start-up bound (DATABASE_DIRECT_URL too when it migrates) and migrated to head
+    when ``migrate``, else checked migrated. Raises app.db.StartupError (one line naming the
+    cause)."""
     from app.db import check_schema, migrate_or_fail, resolve_database_url, schema_revision, wait_for_database
 
     url = resolve_database_url(settings)
-    asyncio.run(
-        wait_for_database(
-            url,
-            connect_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
-            wait_seconds=settings.DATABASE_STARTUP_WAIT_SECONDS,
+    # Behind PgBouncer the migrations' advisory lock needs a session: DATABASE_DIRECT_URL.
+    direct = settings.DATABASE_DIRECT_URL if migrate else None
+    for target in (url, direct) if direct is not None else (url,):
+        asyncio.run(
+            wait_for_database(
+                target,
+                connect_timeout=settings.DATABASE_CONNECT_TIMEOUT_SECONDS,
+                wait_seconds=settings.DATABASE_STARTUP_WAIT_SECONDS,
+            )
         )
-    )
     if migrate:
-        # Behind PgBouncer the migrations' advisory lock needs a session: DATABASE_DIRECT_URL.
-        migrate_or_fail(settings.DATABASE_DIRECT_URL or url)
+        migrate_or_fail(direct or url)
         logger.info("Database migrated to head")
     else:
         revision = asyncio.run(
