@@ -51,8 +51,12 @@ class SummaryRunner(Generic[K]):
         claim_interval: float,
         maintenance_interval: float,
         max_run_seconds: float | None = DEFAULT_MAX_RUN_SECONDS,
+        expected_failure: Callable[[Exception], str | None] = lambda exc: None,
     ) -> None:
         self._claim = claim
+        # A one-line description of a failure the loops expect (the database unavailable), or
+        # None: an unexpected one, logged with its traceback.
+        self._expected_failure = expected_failure
         self._work = work
         self._maintenance = maintenance
         self.max_concurrent = max_concurrent
@@ -124,8 +128,8 @@ class SummaryRunner(Generic[K]):
                 await self._claim_while_free()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("claiming summary work failed; retrying", exc_info=True)
+            except Exception as exc:
+                self._log_failure("claiming summary work failed", exc)
 
     async def claim_now(self) -> int:
         """Claim work until the slots are full or none is left; how many summaries started."""
@@ -172,9 +176,16 @@ class SummaryRunner(Generic[K]):
                 await self._maintenance(self.renewable())
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("memory maintenance failed; retrying next tick", exc_info=True)
+            except Exception as exc:
+                self._log_failure("memory maintenance failed", exc)
             await asyncio.sleep(self._maintenance_interval)
+
+    def _log_failure(self, what: str, exc: Exception) -> None:
+        expected = self._expected_failure(exc)
+        if expected is None:
+            logger.warning("%s; retrying", what, exc_info=exc)
+        else:
+            logger.warning("%s (%s); retrying", what, expected)
 
     @property
     def idle(self) -> bool:

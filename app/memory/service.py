@@ -188,6 +188,14 @@ def unavailable(exc: BaseException) -> bool:
     return isinstance(exc, LLMCallTimeoutError) or classify_db_error(exc) is not None
 
 
+def _database_unavailable(exc: Exception) -> str | None:
+    """The database being unavailable, in one line (the runner's loops retry it without a
+    traceback), or None for any other failure."""
+    if classify_db_error(exc) is None:
+        return None
+    return f"the database is unavailable: {describe_db_error(exc)}"
+
+
 def _with_started(state: ConversationState, row: dict[str, Any] | None) -> ConversationState:
     """The state as the policy sees it once ``row`` (just inserted, processing) exists."""
     if row is None:
@@ -273,6 +281,7 @@ class MemoryService:
             # lease so that another runner claims it again.
             max_run_seconds=(model.call_timeout_seconds if model is not None else 0.0)
             + RUN_LIMIT_MARGIN_SECONDS,
+            expected_failure=_database_unavailable,
         )
 
     @property

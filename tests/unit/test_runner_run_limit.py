@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.memory.runner import CLAIM_BATCH, DEFAULT_MAX_RUN_SECONDS, SummaryRunner
 
 
@@ -100,3 +102,41 @@ async def test_a_claim_asks_for_a_batch_at_a_time_and_its_summaries_start_before
     release.set()
     await asyncio.wait_for(runner.wait_idle(), 5)
     assert sorted(started) == list(range(40))
+
+
+async def test_an_expected_claim_failure_is_one_line_an_unexpected_one_has_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the database is down the claim loop fails every tick: one line each, not a
+    traceback; anything else (a bug) keeps its traceback."""
+    failures = [ConnectionRefusedError("refused"), ValueError("a bug")]
+    tried = asyncio.Event()
+
+    async def claim(_limit: int) -> list[int]:
+        if not failures:
+            tried.set()
+            return []
+        raise failures.pop(0)
+
+    async def idle(_arg: object) -> None:
+        return None
+
+    runner: SummaryRunner[int] = SummaryRunner(
+        claim=claim,
+        work=idle,
+        maintenance=idle,
+        max_concurrent=1,
+        claim_interval=0.01,
+        maintenance_interval=3600,
+        expected_failure=lambda exc: "down" if isinstance(exc, ConnectionRefusedError) else None,
+    )
+    runner.start()
+    try:
+        await asyncio.wait_for(tried.wait(), 5)
+    finally:
+        await runner.shutdown(0)
+    lines = [r for r in caplog.records if "claiming summary work failed" in r.getMessage()]
+    assert [(r.getMessage(), r.exc_info is not None) for r in lines] == [
+        ("claiming summary work failed (down); retrying", False),
+        ("claiming summary work failed; retrying", True),
+    ]
