@@ -36,6 +36,7 @@ def service_env(database_url: str, llm: FakeLLM, **extra: str) -> dict[str, str]
         "MEMORY_LLM_MAX_RETRIES": "0",
         "MEMORY_MAX_CONCURRENT_SUMMARIES": str(SLOTS),
         "DATABASE_POOL_SIZE": "3",
+        "DATABASE_MAX_OVERFLOW": "5",
         "DATABASE_READ_POOL_SIZE": "2",
         **extra,
     }
