@@ -136,13 +136,17 @@ async def test_a_summary_whose_first_statement_fails_is_marked_failed_at_once(
     for n in range(3):
         await api.post_round("cut", n)
     [key] = await api.service.claim_work(1)
-    service_backends = (
-        "FROM pg_stat_activity WHERE application_name = 'memory-service' AND pid <> pg_backend_pid()"
+    # Its pooled connections (the event streams' LISTEN reconnects by itself: not waited for).
+    pids = await db.fetch(
+        "SELECT pg_terminate_backend(pid), pid FROM pg_stat_activity "
+        "WHERE application_name = 'memory-service' AND pid <> pg_backend_pid()"
     )
-    await db.execute(f"SELECT pg_terminate_backend(pid) {service_backends}")
 
     async def gone() -> bool:
-        return bool(await db.fetchval(f"SELECT count(*) {service_backends}") == 0)
+        alive = await db.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::integer[])", [r["pid"] for r in pids]
+        )
+        return bool(alive == 0)
 
     await eventually(gone, what="the service's connections to be terminated")
     await asyncio.wait_for(api.service.run_work(key), timeout=10)
