@@ -1135,9 +1135,9 @@ class MemoryService:
                         ),
                     ]
             except Exception as exc:
-                if classify_db_error(exc) is None:
+                if (unavailable_db := _database_unavailable(exc)) is None:
                     raise
-                logger.warning("Draining: the database is unavailable (%s); retrying", describe_db_error(exc))
+                logger.warning("Draining: %s; retrying", unavailable_db)
                 await asyncio.sleep(DRAIN_RETRY_SECONDS)
                 continue
             if not found and self.runner.idle:
