@@ -703,25 +703,18 @@ class MemoryService:
         started = time.perf_counter()
         policy_name = metrics.UNKNOWN_POLICY
         try:
-            async with self._driver(transaction=True) as conn:
-                row = await memory.get(conn, memory_id=memory_id)
-                if row is None or row["status"] != "processing" or row["attempts"] != attempt:
-                    return  # deleted with its conversation, or reaped or claimed again meanwhile
+            # Reads only: each statement sees the latest committed data, no transaction needed.
+            async with self._driver(transaction=False) as conn:
+                row = await memory.running(conn, memory_id=memory_id, attempt=attempt)
+                if row is None:
+                    return  # reaped, claimed again, or deleted with its conversation meanwhile
                 conversation_id = row["conversation_id"]
-                position = await conversations.position(conn, conversation_id=conversation_id)
-                if position is None:
-                    return  # deleted meanwhile
-                policy_name = str(position.memory_policy.get("name", metrics.UNKNOWN_POLICY))
+                policy_name = str(row["memory_policy"].get("name", metrics.UNKNOWN_POLICY))
                 logs.bind(conversation_id=conversation_id)
                 if request_id := self._due_requests.pop(conversation_id, None):
                     logs.bind(request_id=request_id)
                 metrics.SUMMARIES_STARTED.labels(policy_name).inc()
-                base = (
-                    await memory.get(conn, memory_id=row["base_memory_id"])
-                    if row["base_memory_id"] is not None
-                    else None
-                )
-                policy = load_policy(position.memory_policy)
+                policy = load_policy(row["memory_policy"])
                 folds = policy.reads_summaries(row["kind"])
                 new_messages = (
                     []
@@ -751,15 +744,15 @@ class MemoryService:
                 end_sequence=row["end_sequence"],
                 start_round=row["start_round"],
                 end_round=row["end_round"],
-                base_text=base["memory_text"] if base else None,
-                base_end_sequence=base["end_sequence"] if base else None,
+                base_text=row["base_text"],
+                base_end_sequence=row["base_end_sequence"],
                 messages=tuple(new_messages),
                 max_chars=self.summary_max_chars,
                 input_tokens=row["input_tokens"],
                 summaries=tuple(summaries),
                 covered_until=row["to_at"].isoformat() if row["to_at"] is not None else None,
             )
-            if base is not None and row["start_sequence"] > 0:
+            if row["base_memory_id"] is not None and row["start_sequence"] > 0:
                 logger.info(
                     "Sliding window: dropping seq 0-%d for %s", row["start_sequence"] - 1, conversation_id
                 )

@@ -187,6 +187,27 @@ async def get(conn: Db, *, memory_id: int) -> dict[str, Any] | None:
     return None if row is None else dict(row)
 
 
+_RUNNING = Statement(
+    f"""
+    SELECT {", ".join(f"m.{column}" for column in MEMORY_COLUMNS.split(", "))},
+           c.memory_policy, b.memory_text AS base_text, b.end_sequence AS base_end_sequence
+    FROM memory m
+    JOIN conversations c ON c.conversation_id = m.conversation_id
+    LEFT JOIN memory b ON b.conversation_id = m.conversation_id AND b.memory_id = m.base_memory_id
+    WHERE m.memory_id = :memory_id AND m.status = 'processing' AND m.attempts = :attempt
+    """
+)
+
+
+async def running(conn: Db, *, memory_id: int, attempt: int) -> dict[str, Any] | None:
+    """A summary's row with what its job starts from, in one statement: its conversation's
+    policy (``memory_policy``) and the text and end of the summary it builds on (``base_text``,
+    ``base_end_sequence``; None without one). None when the row is not this ``attempt`` of a
+    processing summary any more (reaped, claimed again, or deleted with its conversation)."""
+    row = await _RUNNING.fetchrow(conn, {"memory_id": memory_id, "attempt": attempt})
+    return None if row is None else dict(row)
+
+
 _COMPLETE = Statement(
     f"""
     WITH done AS (
