@@ -66,6 +66,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("an integer") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError("an integer >= 0")
+    return value
+
+
 def _deployments(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [n for n in names if n not in APPEND_DEPLOYMENTS]
@@ -119,6 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, default=1, help="uvicorn --workers for the service and floor")
     parser.add_argument(
+        "--mixed-workers",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="run the mixed scenario on an API replica with MEMORY_RUN_SUMMARIES=false and N "
+        "`memory-service worker` processes (default 0: the service, summaries in its process)",
+    )
+    parser.add_argument(
+        "--api-core",
+        type=_count,
+        metavar="CPU",
+        help="run the service's HTTP processes (service, API replicas, floors) on this CPU alone, "
+        "and every other process (workers, load generator, fake LLM, PostgreSQL) on the rest: "
+        "a worker then takes no CPU from the API, as on a host of its own. Needs a local "
+        "PostgreSQL, whose CPUs are restored at the end",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", help="the service's LOG_LEVEL (default INFO, as deployed)"
     )
     parser.add_argument(
@@ -132,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-database", action="store_true", help="do not drop the benchmark database")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a performance target is missed")
     parser.add_argument(
-        "--profile", action="store_true", help="py-spy each service load run (py-spy on PATH)"
+        "--profile",
+        action="store_true",
+        help="py-spy the processes under load in each run (service, replicas, workers, floors; "
+        "py-spy on PATH)",
     )
     parser.add_argument(
         "--approx-tokens", action="store_true", help="use the chars/4 approximation, not tiktoken"
@@ -224,6 +254,8 @@ def options_from(args: argparse.Namespace) -> Options:
         approx_tokens=args.approx_tokens,
         service_env=dict(args.service_env),
         append_deployments=args.append_deployments,
+        api_core=args.api_core,
+        mixed_workers=args.mixed_workers,
     )
 
 

@@ -37,7 +37,9 @@ from bench.procs import (
     launch_quiet,
     machine_busy_seconds,
     migrate,
+    pin_tree,
     postmaster_of,
+    unpin_tree,
 )
 from bench.scales import Scale, mixed_prefix, sizing_backlog, sizing_prefix
 from bench.seed import CONTEXT_PREFIXES, POLICIES, ConversationSeed, Seeder, vacuum_analyze
@@ -64,6 +66,12 @@ class Options:
     approx_tokens: bool = False
     service_env: dict[str, str] = field(default_factory=dict)
     append_deployments: tuple[str, ...] = ()  # empty: every one
+    # The mixed scenario's deployment: 0 is the main service (API and summaries in one process),
+    # N an API replica with summaries off and N `memory-service worker` processes.
+    mixed_workers: int = 0
+    # The CPU the service's HTTP processes (main service, API replicas, floors) run on alone;
+    # everything else (workers, load generator, fake LLM, PostgreSQL, the harness) on the others.
+    api_core: int | None = None
 
 
 class ServiceSettings(Settings):
@@ -159,6 +167,10 @@ class Bench:
         self.service_env: dict[str, str] = {}
         self.postgres_local = False
         self.wrk_exe: str | None = None
+        # --api-core: the CPUs of the service's HTTP processes, and PostgreSQL's CPUs before
+        # the run moved it off them (restored at teardown).
+        self.api_cpus: set[int] | None = None
+        self.postgres_pinned: tuple[int, dict[int, set[int]]] | None = None
         self.timings: dict[str, float] = {}
         self.profiles: dict[str, Any] = {}
 
@@ -191,8 +203,10 @@ class Bench:
         data: dict[str, Any] = response.json()
         return data
 
-    async def runner_stats(self) -> dict[str, Any]:
-        response = await self.http.get(self.svc.base_url + "/ops/runner")
+    async def runner_stats(self, api: Child) -> dict[str, Any]:
+        """GET /ops/runner of ``api``: the summary work across every runner, and that
+        process's runner."""
+        response = await self.http.get(api.base_url + "/ops/runner")
         response.raise_for_status()
         data: dict[str, Any] = response.json()
         return data
@@ -262,7 +276,11 @@ class Bench:
         cpu0 = [c.cpu_seconds() for c in watched]
         wall0, db0 = time.perf_counter(), await self.postgres_cpu()
         machine0 = machine_busy_seconds()
-        profiler = await self._start_profiler(label, target) if self.opts.profile else None
+        profilers = (
+            {f"{label}-{c.name}": await self._start_profiler(f"{label}-{c.name}", c) for c in watched}
+            if self.opts.profile
+            else {}
+        )
         try:
             if spec["kind"] == "get" and self.wrk_exe is not None:
                 result = await wrk.run_get(
@@ -276,8 +294,8 @@ class Bench:
             else:
                 result = await self._python_loadgen(spec)
         finally:
-            if profiler is not None:
-                await self._stop_profiler(label, profiler)
+            for name, profiler in profilers.items():
+                await self._stop_profiler(name, profiler)
         wall = time.perf_counter() - wall0
         used = {c.name: c.cpu_seconds() - before for c, before in zip(watched, cpu0, strict=True)}
         db_used = cpu_delta(db0, await self.postgres_cpu())
@@ -293,6 +311,13 @@ class Bench:
             "postgres": round(db_used, 3),
         }
         result["wall_seconds"] = round(wall, 3)
+        if self.postgres_pinned is not None:
+            # --api-core: where each process ran (PostgreSQL: its postmaster, which backends
+            # inherit from)
+            result["cpus"] = {
+                **{c.name: sorted(os.sched_getaffinity(c.pid)) for c in watched},
+                "postgres": sorted(os.sched_getaffinity(self.postgres_pinned[0])),
+            }
         for child in watched:
             if not child.alive():
                 raise RuntimeError(f"{child.name} died during {label}:\n{child.log_tail()}")
@@ -323,10 +348,10 @@ class Bench:
         result: dict[str, Any] = orjson.loads(out)
         return result
 
-    async def _start_profiler(self, label: str, target: Child) -> asyncio.subprocess.Process | None:
+    async def _start_profiler(self, label: str, target: Child) -> asyncio.subprocess.Process:
         exe = shutil.which("py-spy")
-        if exe is None or target is not self.service:
-            return None
+        if exe is None:
+            raise RuntimeError("--profile needs py-spy on PATH")
         out = self.log_dir / f"profile-{label}.txt"
         args = [exe, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw"]
         if self.opts.workers > 1:
@@ -409,6 +434,8 @@ class Bench:
                 raise RuntimeError("--loadgen wrk: wrk is not installed (Debian: apt-get install wrk)")
         if self.opts.profile and shutil.which("py-spy") is None:
             raise RuntimeError("--profile needs py-spy on PATH (e.g. `uv tool install py-spy`)")
+        if self.opts.api_core is not None:
+            self._split_cpus(self.opts.api_core)
         t0 = time.perf_counter()
         self.db_url = await create_database(self.opts.database_url, self.db_name)
         await self._migrate()
@@ -417,7 +444,13 @@ class Bench:
         t0 = time.perf_counter()
         self.pool = await asyncpg.create_pool(self.db_url, min_size=1, max_size=3)
         # Whether the server runs on this machine, so that its processes' CPU can be measured.
-        self.postgres_local = postmaster_of(await self.db.fetchval("SELECT pg_backend_pid()")) is not None
+        postmaster = postmaster_of(await self.db.fetchval("SELECT pg_backend_pid()"))
+        self.postgres_local = postmaster is not None
+        if self.api_cpus is not None:
+            if postmaster is None:
+                raise RuntimeError("--api-core needs PostgreSQL on this machine (to move it off that CPU)")
+            others = os.sched_getaffinity(0)
+            self.postgres_pinned = (postmaster, pin_tree(postmaster, others))
         async with self.db.acquire() as conn:
             seeded = await self.seeder.seed(conn, self.seeds())
             await vacuum_analyze(conn)
@@ -442,18 +475,21 @@ class Bench:
                 **self.opts.service_env,
             }
         )
-        self.service = await launch(
-            "service",
-            self._uvicorn("app.main:app"),
-            env=self.service_env,
-            cwd=self.log_dir,
-            log_path=self.log_dir / "service.log",
-            health_path="/readyz",
-        )
+        await self.start_main_service()
         if "floor" in self.opts.scenarios:
             self.floor = await self._launch_floor("floor")
         self.timings["start_processes_seconds"] = round(time.perf_counter() - t0, 2)
         return seeded
+
+    def _split_cpus(self, core: int) -> None:
+        """--api-core: this process (and so every child not started on ``core``) leaves it."""
+        mine = os.sched_getaffinity(0)
+        if core not in mine or len(mine) < 2:
+            raise RuntimeError(
+                f"--api-core {core}: this process may run on CPUs {sorted(mine)}: needs it and another"
+            )
+        self.api_cpus = {core}
+        os.sched_setaffinity(0, mine - {core})
 
     def _uvicorn(self, app_path: str) -> Callable[[int], list[str]]:
         """As in production: uvicorn, no reload, access log off. The working directory is the
@@ -486,6 +522,7 @@ class Bench:
             cwd=self.log_dir,
             log_path=self.log_dir / f"{name}.log",
             health_path="/healthz",
+            cpus=self.api_cpus,
         )
 
     async def start_floor(self, name: str) -> Child:
@@ -504,6 +541,7 @@ class Bench:
             cwd=self.log_dir,
             log_path=self.log_dir / f"{name}.log",
             health_path="/readyz",
+            cpus=self.api_cpus,
         )
         self.extra.append(child)
         return child
@@ -527,9 +565,22 @@ class Bench:
         if child in self.extra:
             self.extra.remove(child)
 
+    async def start_main_service(self) -> None:
+        """Start the run's main service (summaries on, logging to service.log)."""
+        self.service = await launch(
+            "service",
+            self._uvicorn("app.main:app"),
+            env=self.service_env,
+            cwd=self.log_dir,
+            log_path=self.log_dir / "service.log",
+            health_path="/readyz",
+            cpus=self.api_cpus,
+        )
+
     async def stop_main_service(self) -> None:
         """Stop the run's main service (summaries on): a scenario that starts its own runners
-        must not have it claim their due work. Scenarios after it cannot use it."""
+        must not have it claim their due work. Scenarios after it cannot use it, unless the
+        scenario starts it again (:meth:`start_main_service`)."""
         if self.service is not None and self.service.alive():
             await self.service.stop()
 
@@ -538,6 +589,8 @@ class Bench:
             if child is not None:
                 with contextlib.suppress(Exception):
                     await child.stop()
+        if self.postgres_pinned is not None:
+            unpin_tree(*self.postgres_pinned)
         await self.http.aclose()
         if self.pool is not None:
             with contextlib.suppress(Exception):
@@ -585,6 +638,7 @@ class Bench:
             "database_server": redact(self.opts.database_url),
             "database": self.db_name,
             "workers": self.opts.workers,
+            "api_core": self.opts.api_core,
             "service_env_overrides": self.opts.service_env,
             "log_level": self.opts.log_level,
             "log_dir": str(self.log_dir),

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -68,6 +68,42 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     # Linux: the child gets SIGTERM if the harness dies without cleaning up (kill -9, OOM).
     with contextlib.suppress(Exception):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _prepare_child(cpus: Collection[int] | None) -> Callable[[], None] | None:
+    """What a child runs between fork and exec: die with the harness, and run on ``cpus`` only
+    when given (its threads inherit it); None where that is not Linux."""
+    if sys.platform != "linux":
+        return None
+
+    def prepare() -> None:  # pragma: no cover - runs in the child
+        _die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    return prepare
+
+
+def pin_tree(pid: int, cpus: Collection[int]) -> dict[int, set[int]]:
+    """Run process ``pid`` and its children on ``cpus`` (children it forks later inherit it);
+    returns each one's CPUs before, for :func:`unpin_tree`."""
+    before: dict[int, set[int]] = {}
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            before[proc.pid] = os.sched_getaffinity(proc.pid)
+            os.sched_setaffinity(proc.pid, cpus)
+    return before
+
+
+def unpin_tree(pid: int, before: Mapping[int, set[int]]) -> None:
+    """Undo :func:`pin_tree`: each process back on its CPUs, and those forked meanwhile on the
+    CPUs ``pid`` had."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                os.sched_setaffinity(proc.pid, before.get(proc.pid, before[pid]))
 
 
 @dataclass
@@ -151,8 +187,10 @@ async def launch(
     log_path: Path,
     health_path: str,
     limit_seconds: float = 60.0,
+    cpus: Collection[int] | None = None,
 ) -> Child:
-    """Start a server on a free port and wait for it; retry when another process took the port."""
+    """Start a server on a free port and wait for it; retry when another process took the port.
+    With ``cpus``, it runs on those CPUs only (else on the harness's)."""
     for attempt in range(3):
         port = free_port()
         log = log_path.open("ab")
@@ -163,7 +201,7 @@ async def launch(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_prepare_child(cpus),
         )
         child = Child(name=name, proc=proc, base_url=f"http://127.0.0.1:{port}", log_path=log_path, _log=log)
         try:
@@ -198,7 +236,7 @@ async def launch_quiet(
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        preexec_fn=_prepare_child(None),
     )
     child = Child(name=name, proc=proc, base_url="", log_path=log_path, _log=log)
     deadline = time.monotonic() + limit_seconds

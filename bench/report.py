@@ -179,6 +179,11 @@ def render(doc: dict[str, Any]) -> str:
         f"{' (app/ modified)' if meta.get('app_tree_dirty') else ''}  cpus={meta.get('cpus')}  "
         f"python={meta.get('python')}  postgres={meta.get('postgres', '-')}  "
         f"loadgen={meta.get('loadgen', '-')}"
+        + (
+            f"  api_core={meta['api_core']} (HTTP processes there alone, the rest on the other CPUs)"
+            if meta.get("api_core") is not None
+            else ""
+        )
     )
     if "context" in res or "floor" in res:
         base = res.get("context") or res["floor"]
@@ -405,7 +410,13 @@ def _render_mixed(m: dict[str, Any]) -> list[str]:
     out = [
         f"\n[3] Mixed traffic ({m['conversations']:,} conversations per LLM latency, {m['clients']} clients, "
         f"{m['rounds_per_conversation']} rounds each = GET context + POST round; "
-        f"MEMORY_MAX_CONCURRENT_SUMMARIES={m.get('max_concurrent_summaries')}); summary lag = a round's "
+        f"MEMORY_MAX_CONCURRENT_SUMMARIES={m.get('max_concurrent_summaries')}"
+        + (
+            f"; an API replica with summaries off + {m['deployment'].split('+', 1)[1]}"
+            if m.get("deployment", "combined") != "combined"
+            else ""
+        )
+        + "); summary lag = a round's "
         "POST -> the first completed summary covering it; drain with the LLM at the same latency"
     ]
     rows = []

@@ -417,11 +417,11 @@ async def post_latency(b: Bench) -> dict[str, Any]:
 # ---- 3: mixed traffic ---------------------------------------------------------------------------
 
 
-async def _sample_runner(b: Bench, samples: list[dict[str, Any]], stop: asyncio.Event) -> None:
+async def _sample_runner(b: Bench, api: Child, samples: list[dict[str, Any]], stop: asyncio.Event) -> None:
     began = time.perf_counter()
     while not stop.is_set():
         try:
-            stats = await b.runner_stats()
+            stats = await b.runner_stats(api)
         except Exception:
             stats = {}
         samples.append({"t": round(time.perf_counter() - began, 2), **stats})
@@ -433,9 +433,10 @@ def _per(value: float | int | None, rounds: int, digits: int = 4) -> float | Non
     return round(float(value) / rounds, digits) if value is not None and rounds else None
 
 
-async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
-    """The mixed load on the k-th set of conversations with the LLM at ``latency``, then a
-    drain with the LLM still at that latency (the lag of the last rounds includes it)."""
+async def _mixed_run(b: Bench, k: int, latency: float, api: Child, workers: list[Child]) -> dict[str, Any]:
+    """The mixed load on the k-th set of conversations with the LLM at ``latency`` against
+    ``api`` (summarized by it or by ``workers``), then a drain with the LLM still at that
+    latency (the lag of the last rounds includes it)."""
     scale = b.scale
     prefix = mixed_prefix(k)
     like = prefix + "-%"
@@ -445,7 +446,7 @@ async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
     db_start = await b.db.fetchval("SELECT clock_timestamp()")
     samples: list[dict[str, Any]] = []
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_sample_runner(b, samples, stop))
+    sampler = asyncio.create_task(_sample_runner(b, api, samples, stop))
     try:
         result = await b.run_load(
             {
@@ -455,20 +456,20 @@ async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
                 "rounds": scale.mixed_rounds,
                 "seed": f"mixed-{k}",
             },
-            target=b.svc,
+            target=api,
+            also=workers,
             label=f"mixed-{latency:g}s",
         )
         llm_at_end = await b.llm_control()
-        cpu_drain0 = b.svc.cpu_seconds()
+        processes = [api, *workers]
+        cpu_drain0 = sum(c.cpu_seconds() for c in processes)
         drain = await b.wait_idle(scale.drain_timeout_seconds)
-        drain_cpu = b.svc.cpu_seconds() - cpu_drain0
+        drain_cpu = sum(c.cpu_seconds() for c in processes) - cpu_drain0
     finally:
         stop.set()
         await sampler
     llm = await b.llm_control(latency=0)
-    stuck_response = await b.http.get(
-        b.svc.base_url + "/ops/memories/stuck", params={"older_than_seconds": 0}
-    )
+    stuck_response = await b.http.get(api.base_url + "/ops/memories/stuck", params={"older_than_seconds": 0})
     stuck_response.raise_for_status()
     stuck = stuck_response.json()
     # Per summary: completed_at minus the created_at of the last message of its window, and minus
@@ -523,6 +524,7 @@ async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
     lag = summarize_plain(round_lags)
     rounds = int(result["rounds"])
     cpu = result["cpu_seconds"]
+    service_cpu = sum(cpu[c.name] for c in processes)
     return {
         "llm_latency_seconds": latency,
         "conversation_prefix": prefix,
@@ -543,10 +545,11 @@ async def _mixed_run(b: Bench, k: int, latency: float) -> dict[str, Any]:
         "llm_calls_during_load": llm_at_end["requests"],
         "llm_calls_per_round": _per(llm["requests"], rounds),
         "llm_max_in_flight": llm["max_in_flight"],
-        # CPU of the service process per round: during the load, and with the drain's summaries
+        # CPU of the service's processes (the API and any workers) per round: during the load,
+        # and with the drain's summaries
         "cpu_seconds_per_round": {
-            "service": _per(cpu["service"], rounds, 5),
-            "service_with_drain": _per(cpu["service"] + drain_cpu, rounds, 5),
+            "service": _per(service_cpu, rounds, 5),
+            "service_with_drain": _per(service_cpu + drain_cpu, rounds, 5),
             "postgres": _per(cpu["postgres"], rounds, 5),
         },
         "conversations_memory_behind_at_end": behind,
@@ -565,13 +568,31 @@ async def mixed(b: Bench) -> dict[str, Any]:
     its own with the same histories."""
     scale = b.scale
     runs = {}
-    for k, latency in enumerate(scale.mixed_llm_latencies):
-        runs[f"{latency:g}"] = await _mixed_run(b, k, latency)
+    count = b.opts.mixed_workers
+    if count == 0:
+        for k, latency in enumerate(scale.mixed_llm_latencies):
+            runs[f"{latency:g}"] = await _mixed_run(b, k, latency, b.svc, [])
+    else:
+        # The main service would claim the workers' due work: it is stopped meanwhile.
+        await b.stop_main_service()
+        started: list[Child] = []
+        try:
+            api = await b.start_replica("mixed-api", {"MEMORY_RUN_SUMMARIES": "false"})
+            started.append(api)
+            workers = [await b.start_worker(f"mixed-worker-{i}") for i in range(count)]
+            started += workers
+            for k, latency in enumerate(scale.mixed_llm_latencies):
+                runs[f"{latency:g}"] = await _mixed_run(b, k, latency, api, workers)
+        finally:
+            for child in started:
+                await b.stop_child(child)
+            await b.start_main_service()
     return {
         "conversations": scale.mixed_conversations,
         "clients": scale.mixed_clients,
         "rounds_per_conversation": scale.mixed_rounds,
         "max_concurrent_summaries": b.settings.MEMORY_MAX_CONCURRENT_SUMMARIES,
+        "deployment": "combined" if count == 0 else f"api_off+{count} worker{'s' if count > 1 else ''}",
         "runs": runs,
     }
 

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_tiny(
-    module: str, database_url: str, tmp_path: Path, output: Path
+    module: str, database_url: str, tmp_path: Path, output: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m <module> --scale tiny`` with its results in ``tmp_path`` and JSON in ``output``."""
+    """``python -m <module> --scale tiny`` (and ``extra`` arguments) with its results in
+    ``tmp_path`` and JSON in ``output``."""
     env = {k: v for k, v in os.environ.items() if k != "BENCH_DATABASE_URL"}
     return subprocess.run(
         [
@@ -34,6 +35,7 @@ def run_tiny(
             str(tmp_path),
             "--output",
             str(output),
+            *extra,
         ],
         cwd=ROOT,
         env=env,

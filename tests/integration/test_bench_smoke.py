@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import psutil
 import pytest
 
+from bench.db import to_asyncpg_dsn
 from tests.integration.bench_runs import bench_databases, run_tiny
 
 SCENARIOS = {"context", "floor", "post", "mixed", "tokens", "transfer", "counting", "append", "sizing"}
@@ -136,3 +140,59 @@ def test_bench_tiny_run(database_url: str, tmp_path: Path) -> None:
 
     # its database was dropped
     assert meta["database"] not in asyncio.run(bench_databases(database_url))
+
+
+async def _postmaster_cpus(database_url: str) -> set[int] | None:
+    """The CPUs of the test server's postmaster, or None when it is not on this machine."""
+    conn = await asyncpg.connect(to_asyncpg_dsn(database_url))
+    try:
+        parent = psutil.Process(await conn.fetchval("SELECT pg_backend_pid()")).parent()
+    except psutil.Error:
+        return None
+    finally:
+        await conn.close()
+    return None if parent is None else os.sched_getaffinity(parent.pid)
+
+
+@pytest.mark.timeout(300)
+def test_bench_workers_and_api_core(database_url: str, tmp_path: Path) -> None:
+    """--mixed-workers 1: the mixed load on an API replica with summaries off, summarized by a
+    worker. --api-core 0: the API replica on CPU 0 alone; the worker, and PostgreSQL while the
+    run lasts, on the other CPUs; PostgreSQL back on its CPUs afterwards."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2 or 0 not in cpus:
+        pytest.skip("needs CPU 0 and another")
+    before = asyncio.run(_postmaster_cpus(database_url))
+    if before is None:
+        pytest.skip("the test PostgreSQL server is not on this machine")
+    output = tmp_path / "bench.json"
+    proc = run_tiny(
+        "bench",
+        database_url,
+        tmp_path,
+        output,
+        "--scenarios",
+        "mixed,append",
+        "--mixed-workers",
+        "1",
+        "--append-deployments",
+        "api_off,api_off+worker",
+        "--api-core",
+        "0",
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert "api_core=0" in proc.stdout
+    doc: dict[str, Any] = json.loads(output.read_text())
+    mixed = doc["results"]["mixed"]
+    assert mixed["deployment"] == "api_off+1 worker"
+    for run in mixed["runs"].values():
+        assert run["errors"] == 0 and run["summaries_completed"] > 0
+        assert run["summary_lag_seconds"]["rounds_never_covered"] == 0
+        assert run["drain"]["due_left"] == 0 and run["drain"]["processing_left"] == 0
+        # the main service was stopped and the API runs none: the worker did these summaries
+        assert set(run["cpu_seconds"]) >= {"mixed-api", "mixed-worker-0"}
+    others = sorted(cpus - {0})
+    for run in doc["results"]["append"]["deployments"]["api_off+worker"]["runs"]:
+        assert run["cpus"] == {"api-off": [0], "worker": others, "postgres": others}, run["cpus"]
+        assert run["throughput_rps"] > 0 and run["errors"] == 0
+    assert asyncio.run(_postmaster_cpus(database_url)) == before
