@@ -291,7 +291,9 @@ def cmd_ops(args: argparse.Namespace, settings: Settings) -> int:
 
     async def run() -> int:
         # Only `retry` runs summaries (the one it queued, or any it claims meanwhile).
-        async with running_service(settings, run_summaries=args.ops_command == "retry") as service:
+        async with running_service(
+            settings, run_summaries=args.ops_command == "retry", announce=False
+        ) as service:
             return await OPS[args.ops_command](service, args, settings)
 
     try:
@@ -327,7 +329,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     ready_database(settings, migrate=False)
 
     async def run() -> str:
-        async with running_service(settings, run_summaries=False) as service:
+        async with running_service(settings, run_summaries=False, announce=False) as service:
             return await service.export_conversation(
                 tenant_id=args.tenant, conversation_id=args.conversation_id
             )
@@ -372,7 +374,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
     async def run() -> dict[str, Any]:
         # A summary it makes due is started by a replica or worker (this process runs none).
-        async with running_service(settings, run_summaries=False) as service:
+        async with running_service(settings, run_summaries=False, announce=False) as service:
             return await service.import_conversation(
                 tenant_id=args.tenant, document=document, conversation_id=args.conversation_id
             )

@@ -50,9 +50,13 @@ def configure_logging(level: str, log_format: str = "text") -> None:
 
 
 @asynccontextmanager
-async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIterator[MemoryService]:
+async def running_service(
+    settings: Settings, *, run_summaries: bool, announce: bool = True
+) -> AsyncIterator[MemoryService]:
     """The memory service, with its runner claiming and running summaries when
-    ``run_summaries`` (its maintenance runs either way); stopped gracefully on exit."""
+    ``run_summaries`` (its maintenance runs either way); stopped gracefully on exit. Without
+    ``announce`` (a one-shot command: ops, export, import) its start-up line is logged at DEBUG,
+    so the command's own output is all its user sees."""
     url = await asyncio.to_thread(resolve_database_url, settings)  # may start a server
     engine = create_engine(url, settings)
     read_pool = await create_read_pool(url, settings)
@@ -94,7 +98,8 @@ async def running_service(settings: Settings, *, run_summaries: bool) -> AsyncIt
         token_counter=counter_for(settings.MEMORY_MODEL),
         pgbouncer=settings.DATABASE_PGBOUNCER,
     )
-    logger.info(
+    logger.log(
+        logging.INFO if announce else logging.DEBUG,
         "Memory service up: summarizer=%s, default policy=%s, summaries %s",
         service.summarizer_name,
         service.default_policy_json,

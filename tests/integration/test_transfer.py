@@ -509,7 +509,16 @@ async def test_cli_export_and_import(
     (code, _, err, _), (to_stdout, out, _, _), (missing, _, gone, _) = await asyncio.gather(
         asyncio.to_thread(cli, "export", "cli", "-o", str(target)),
         asyncio.to_thread(cli, "export", "cli"),
-        asyncio.to_thread(cli, "export", "nobody"),
+        # At LOG_LEVEL INFO too, a one-shot command's stderr is its own message alone.
+        asyncio.to_thread(
+            run,
+            "export",
+            "nobody",
+            cwd=tmp_path,
+            DATABASE_URL=database_url,
+            MEMORY_SUMMARIZER="offline",
+            LOG_LEVEL="INFO",
+        ),
     )
     assert code == 0, err
     assert json.loads(target.read_text()) == document == json.loads(out) and to_stdout == 0
