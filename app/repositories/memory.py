@@ -483,10 +483,11 @@ async def restart_failed(
 #
 # The raw part starts at the earliest of: the message after the newest shown summary (nothing is
 # ever missing), the first message of the last R rounds (the policy's recent window), and the
-# first input message of the oldest failed summary newer than the oldest shown one (its range
-# would otherwise be in neither part; failed ranges come in order, so the oldest is the first in
-# idx_memory_conversation_status). Every lookup is an index probe, or a backward scan of the
-# primary key over the last R rounds, so the cost does not grow with history.
+# first input message of the oldest failed summary newer than the oldest shown one whose range
+# the shown ones do not cover (it would otherwise be in neither part; failed ranges come in
+# order on idx_memory_conversation_status, read from the oldest until one is not covered). Every
+# other lookup is an index probe, or a backward scan of the primary key over the last R rounds, so
+# the cost does not grow with history; the failed ones read grow only with failed attempts.
 _SHOWN_COLUMNS = (
     "m.memory_id, m.kind, m.memory_text AS text, m.start_sequence, m.end_sequence, m.start_round, "
     "m.end_round, m.base_memory_id, m.tokens, m.input_tokens, m.from_at, m.to_at, m.created_at, "
@@ -536,6 +537,12 @@ WITH RECURSIVE conv AS (
                AND f.end_sequence > CASE
                    WHEN (SELECT count(*) FROM shown) < (SELECT context_summaries FROM conv) THEN -1
                    ELSE (SELECT min(end_sequence) FROM shown) END
+               -- A failed attempt that shown summaries cover (retried and completed, or folded
+               -- into one) is no hole. Shown summaries do not overlap: the messages they have in
+               -- its range add up to all of it exactly when they cover it.
+               AND (SELECT coalesce(sum(greatest(0, least(s.end_sequence, f.end_sequence)
+                                                   - greatest(s.start_sequence, f.start_sequence) + 1)), 0)
+                    FROM shown s) < f.end_sequence - f.start_sequence + 1
              ORDER BY f.end_sequence LIMIT 1)
         ) AS raw_start
 ), newest AS (

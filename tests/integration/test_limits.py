@@ -184,7 +184,11 @@ async def test_a_rolling_block_that_failed_in_an_outage_is_summarized_when_it_en
     await api.idle()
     rows = await db.fetch("SELECT status, start_round, end_round FROM memory ORDER BY memory_id")
     assert [tuple(r) for r in rows] == [("failed", 0, 2)] * 3 + [("completed", 0, 2)]
-    assert [s["end_round"] for s in (await api.context("blocks"))["summaries"]] == [2]
+    context = await api.context("blocks")
+    assert [s["end_round"] for s in context["summaries"]] == [2]
+    # The failed attempts of a block that a shown summary now covers are no hole: the raw part is
+    # the policy's recent window (the last 2 interactions), not the block again.
+    assert [m["sequence"] for m in context["messages"]] == [2, 3, 4, 5]
 
 
 async def test_the_model_circuit_opens_during_an_outage_and_closes_after(

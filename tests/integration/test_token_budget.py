@@ -119,3 +119,43 @@ async def test_update_config_and_manual_compression(api: App, db: asyncpg.Connec
     await api.idle()
     nothing = await api.client.post("/conversations/cfg/compress")
     assert nothing.status_code == 409 and "nothing to compress" in nothing.json()["detail"]
+
+
+async def test_a_compression_that_failed_before_it_completed_leaves_no_hole(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
+) -> None:
+    """The failed attempt stays in the chain, but the context does not send its entries raw
+    again once the retry's summary covers them."""
+    api = await make_app(MEMORY_SUMMARY_BACKOFF_SECONDS=0)
+    await create(api, "retried")
+    llm.fail_next(1, status=503)
+    for n in range(7):
+        await say(api, "retried", f"Message {n}. Some detail about step {n}.")
+        await api.idle()
+    assert await rows(db) == [("compression", 0, 4, "failed"), ("compression", 0, 4, "completed")]
+    context = await api.context("retried")
+    assert [s["end_sequence"] for s in context["summaries"]] == [4]
+    assert [m["sequence"] for m in context["messages"]] == [5, 6]
+
+
+async def test_a_failed_fold_over_shown_compressions_leaves_no_hole(api: App, db: asyncpg.Connection) -> None:
+    """Shown summaries that together cover a failed attempt's range (a fold of three
+    compressions that failed) leave nothing of it to send raw."""
+    await create(api, "folded")
+    for n in range(20):
+        await say(api, "folded", f"Message {n}. Some detail about step {n}.")
+        await api.idle()
+    before = await api.context("folded")
+    assert [s["end_sequence"] for s in before["summaries"]] == [14, 9, 4]
+    await db.execute(
+        """
+        INSERT INTO memory (conversation_id, kind, memory_text, start_sequence, end_sequence,
+                            start_round, end_round, input_start_sequence, status, error)
+        SELECT conversation_id, 'fold', '', min(start_sequence), max(end_sequence), min(start_round),
+               max(end_round), min(start_sequence), 'failed', 'the model was down'
+        FROM memory WHERE conversation_id = 'folded' GROUP BY conversation_id
+        """
+    )
+    after = await api.context("folded")
+    assert [s["end_sequence"] for s in after["summaries"]] == [14, 9, 4]
+    assert [m["sequence"] for m in after["messages"]] == [15, 16, 17, 18, 19]
