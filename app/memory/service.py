@@ -1604,14 +1604,24 @@ class MemoryService:
     async def retry_memory(self, *, tenant_id: str | None, memory_id: int) -> dict[str, Any]:
         """Queue a failed memory again (same window and base)."""
         async with self.engine.begin() as conn:
-            row = await memory.restart_failed(conn, memory_id=memory_id, tenant_id=tenant_id)
-        if row is None:
-            raise NotFound(f"memory {memory_id} not found")
-        if row == "busy":
-            raise Conflict("a summary is already processing for this conversation")
-        if isinstance(row, str):
-            raise Conflict(f"memory {memory_id} is {row}; only failed memories can be retried")
-        assert isinstance(row, dict)
+            found = await memory.owner(conn, memory_id=memory_id, tenant_id=tenant_id)
+            if found is None:
+                raise NotFound(f"memory {memory_id} not found")
+            conversation_id, status = found
+            row = None
+            if status == "failed":
+                # The conversation's row first, as a round and a plan take it: a summary cannot
+                # start meanwhile, and the locks are taken in the one order that cannot deadlock.
+                if await work.lock(conn, conversation_id=conversation_id) is None:
+                    raise NotFound(f"memory {memory_id} not found")  # deleted meanwhile
+                row = await memory.restart_failed(conn, memory_id=memory_id)
+                if row is None:  # retried by another request meanwhile, or another is processing
+                    found = await memory.owner(conn, memory_id=memory_id, tenant_id=tenant_id)
+                    status = status if found is None else found[1]
+            if row is None:
+                if status == "failed":
+                    raise Conflict("a summary is already processing for this conversation")
+                raise Conflict(f"memory {memory_id} is {status}; only failed memories can be retried")
         self._remember_request(row["conversation_id"])
         self.runner.poke()
         return _memory_started(row)

@@ -432,25 +432,27 @@ async def reap_expired(conn: AsyncConnection, *, backoff: Backoff, max_attempts:
     return [dict(r._mapping) for r in rows]
 
 
-async def restart_failed(
-    conn: AsyncConnection, *, memory_id: int, tenant_id: str | None
-) -> dict[str, Any] | str | None:
-    """Queue a failed row again for a retry (same window and base). Returns the row; None when
-    the tenant (None: any tenant) has no such memory; its status when it is not failed; or
-    'busy' when the conversation already has a summary processing."""
-    owned = await conn.scalar(
-        sql(
-            f"""
-            SELECT m.status FROM memory m JOIN conversations c USING (conversation_id)
-            WHERE m.memory_id = :memory_id AND {of_tenant("c.tenant_id", tenant_id)}
-            """
-        ),
-        {"memory_id": memory_id, "tenant_id": tenant_id},
-    )
-    if owned is None:
-        return None
-    if owned != "failed":
-        return str(owned)
+async def owner(conn: AsyncConnection, *, memory_id: int, tenant_id: str | None) -> tuple[str, str] | None:
+    """(conversation_id, status) of a memory of ``tenant_id`` (None: any tenant), or None."""
+    row = (
+        await conn.execute(
+            sql(
+                f"""
+                SELECT m.conversation_id, m.status FROM memory m JOIN conversations c USING (conversation_id)
+                WHERE m.memory_id = :memory_id AND {of_tenant("c.tenant_id", tenant_id)}
+                """
+            ),
+            {"memory_id": memory_id, "tenant_id": tenant_id},
+        )
+    ).one_or_none()
+    return None if row is None else (str(row.conversation_id), str(row.status))
+
+
+async def restart_failed(conn: AsyncConnection, *, memory_id: int) -> dict[str, Any] | None:
+    """Queue a failed row again for a retry (same window and base) and return it; None when it
+    is not failed any more or its conversation already has a summary processing. The caller
+    holds the conversation's row lock (app.repositories.work.lock), taken before this row's as
+    on every path that starts a summary: the other order deadlocks with them."""
     row = (
         await conn.execute(
             sql(
@@ -471,7 +473,7 @@ async def restart_failed(
             {"memory_id": memory_id},
         )
     ).one_or_none()
-    return "busy" if row is None else dict(row._mapping)
+    return None if row is None else dict(row._mapping)
 
 
 # GET /context in one round trip, with the whole response built by PostgreSQL as JSON: the

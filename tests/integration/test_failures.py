@@ -70,6 +70,45 @@ async def test_failed_memory_can_be_retried(
     assert (await api.client.post("/ops/memories/999/retry")).status_code == 404
 
 
+async def test_a_retry_locks_the_conversation_before_the_failed_row(
+    make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection, plain_database_url: str
+) -> None:
+    """A retry used to lock the failed row first, then the conversation's (for its event),
+    the reverse of a round's or a plan's order: under concurrent rounds PostgreSQL aborted one
+    side of the deadlock (a 500 for the retry, or for the round). Here a transaction holds the
+    conversation's row as a round does, and then reaches for the failed row: with the retry
+    waiting on the conversation's row first, there is nothing to deadlock."""
+    api = await make_app()
+    llm.fail_next(1, status=400)
+    for n in (1, 2, 3):
+        await api.post_round("order", n)
+    await api.idle()
+    assert await statuses(db) == [(1, "failed")]
+    watcher = await asyncpg.connect(plain_database_url)
+    try:
+        async with db.transaction():
+            await db.execute("SELECT 1 FROM conversations WHERE conversation_id = 'order' FOR UPDATE")
+            retry = asyncio.create_task(api.client.post("/ops/memories/1/retry"))
+
+            async def retry_waits_for_a_lock() -> bool:
+                waiting = await watcher.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> $1",
+                    db.get_server_pid(),
+                )
+                return bool(waiting)
+
+            await eventually(retry_waits_for_a_lock, what="the retry to wait for the conversation's row")
+            await db.execute("SET LOCAL lock_timeout = '10s'")
+            await db.execute("SELECT 1 FROM memory WHERE memory_id = 1 FOR UPDATE")
+        response = await retry
+    finally:
+        await watcher.close()
+    assert response.status_code == 202, response.text
+    await api.idle()
+    assert await db.fetchval("SELECT status FROM memory WHERE memory_id = 1") == "completed"
+
+
 async def test_transient_errors_are_retried_with_backoff_honouring_retry_after(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
