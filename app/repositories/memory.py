@@ -485,11 +485,10 @@ async def restart_failed(conn: AsyncConnection, *, memory_id: int) -> dict[str, 
 #
 # The raw part starts at the earliest of: the message after the newest shown summary (nothing is
 # ever missing), the first message of the last R rounds (the policy's recent window), and the
-# first input message of the oldest failed summary newer than the oldest shown one whose range
-# the shown ones do not cover (it would otherwise be in neither part; failed ranges come in
-# order on idx_memory_conversation_status, read from the oldest until one is not covered). Every
-# other lookup is an index probe, or a backward scan of the primary key over the last R rounds, so
-# the cost does not grow with history; the failed ones read grow only with failed attempts.
+# first input message of a failed summary newer than the oldest shown one that no shown summary
+# covers (it would otherwise be in neither part). Every lookup is an index probe, or a backward
+# scan of the primary key over the last R rounds, so the cost does not grow with history; the
+# failed summaries read (idx_memory_conversation_status) grow only with failed attempts.
 _SHOWN_COLUMNS = (
     "m.memory_id, m.kind, m.memory_text AS text, m.start_sequence, m.end_sequence, m.start_round, "
     "m.end_round, m.base_memory_id, m.tokens, m.input_tokens, m.from_at, m.to_at, m.created_at, "
@@ -534,18 +533,22 @@ WITH RECURSIVE conv AS (
                                     WHERE m.conversation_id = $1
                                       AND m.round < (SELECT next_round - context_recent_rounds FROM conv)
                                     ORDER BY m.sequence DESC LIMIT 1), 0) AS first) AS r),
-            (SELECT f.input_start_sequence FROM memory f
+            -- The first message of a failed attempt's input that no shown summary covers: its
+            -- first message, or the one after a shown summary ending inside it (shown summaries
+            -- do not overlap). None when they cover it all (retried and completed, or folded).
+            (SELECT min(u.first) FROM memory f
+             CROSS JOIN LATERAL (
+                 SELECT min(c.seq) AS first
+                 FROM (SELECT f.input_start_sequence AS seq
+                       UNION ALL
+                       SELECT s.end_sequence + 1 FROM shown s
+                       WHERE s.end_sequence + 1 BETWEEN f.input_start_sequence AND f.end_sequence) AS c
+                 WHERE NOT EXISTS (SELECT 1 FROM shown s
+                                   WHERE c.seq BETWEEN s.start_sequence AND s.end_sequence)) AS u
              WHERE f.conversation_id = $1 AND f.status = 'failed'
                AND f.end_sequence > CASE
                    WHEN (SELECT count(*) FROM shown) < (SELECT context_summaries FROM conv) THEN -1
-                   ELSE (SELECT min(end_sequence) FROM shown) END
-               -- A failed attempt that shown summaries cover (retried and completed, or folded
-               -- into one) is no hole. Shown summaries do not overlap: the messages they have in
-               -- its range add up to all of it exactly when they cover it.
-               AND (SELECT coalesce(sum(greatest(0, least(s.end_sequence, f.end_sequence)
-                                                   - greatest(s.start_sequence, f.start_sequence) + 1)), 0)
-                    FROM shown s) < f.end_sequence - f.start_sequence + 1
-             ORDER BY f.end_sequence LIMIT 1)
+                   ELSE (SELECT min(end_sequence) FROM shown) END)
         ) AS raw_start
 ), newest AS (
     -- The newest $3 messages of the raw part with their sizes; only these rows are read.

@@ -159,3 +159,26 @@ async def test_a_failed_fold_over_shown_compressions_leaves_no_hole(api: App, db
     after = await api.context("folded")
     assert [s["end_sequence"] for s in after["summaries"]] == [14, 9, 4]
     assert [m["sequence"] for m in after["messages"]] == [15, 16, 17, 18, 19]
+
+
+async def test_a_failed_attempt_partly_covered_is_sent_raw_only_where_it_is_not(
+    api: App, db: asyncpg.Connection
+) -> None:
+    """A failed compression that a later, shorter one covers only in part (the policy's
+    recent_window was raised in between): the raw part starts at its first entry that no shown
+    summary holds, not at its start, so no summarized entry is sent twice."""
+    await create(api, "partly")
+    for n in range(20):
+        await say(api, "partly", f"Message {n}. Some detail about step {n}.")
+        await api.idle()
+    await db.execute(
+        """
+        INSERT INTO memory (conversation_id, kind, memory_text, start_sequence, end_sequence,
+                            start_round, end_round, input_start_sequence, status, error)
+        VALUES ('partly', 'compression', '', 10, 17, 10, 17, 10, 'failed', 'the model was down')
+        """
+    )
+    context = await api.context("partly")
+    assert [s["end_sequence"] for s in context["summaries"]] == [14, 9, 4]
+    assert [m["sequence"] for m in context["messages"]] == [15, 16, 17, 18, 19]
+    assert not context["truncated"]
