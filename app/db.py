@@ -386,6 +386,10 @@ _LOST_SQLSTATES = {"57P01", "57P02", "57P03"}
 _BUSY_SQLSTATES = {
     "53300",  # too_many_connections (max_connections, or a role's or database's CONNECTION LIMIT)
     "57014",  # query_canceled (statement_timeout, a cancel)
+    # Aborted for another transaction's sake; the same request again succeeds.
+    "40P01",  # deadlock_detected
+    "40001",  # serialization_failure
+    "55P03",  # lock_not_available (lock_timeout)
 }
 _DRIVER_MODULES = ("asyncpg", "sqlalchemy")
 # The event loop's networking under the driver: the standard library's, or uvloop's (C, whose

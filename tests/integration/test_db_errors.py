@@ -197,9 +197,10 @@ async def closed_port() -> int:
     return port
 
 
-async def test_only_database_failures_are_503s(make_app: AppFactory) -> None:
+async def test_only_database_failures_are_503s(make_app: AppFactory, plain_database_url: str) -> None:
     """A connection refused or a missing socket inside the driver is a 503; the same OSError
-    classes raised by anything else are bugs (500); a timeout is a 503 that keeps the pool."""
+    classes raised by anything else are bugs (500); a timeout is a 503 that keeps the pool; a
+    deadlock is a 503 (retrying the request succeeds)."""
     api = await make_app(MEMORY_SUMMARIZER="offline")
     port = await closed_port()
 
@@ -226,8 +227,27 @@ async def test_only_database_failures_are_503s(make_app: AppFactory) -> None:
         # What asyncpg raises from a statement on a connection the server is shutting down.
         raise asyncpg.exceptions.InternalClientError()
 
+    async def deadlock() -> None:
+        # Two sessions, each holding the lock the other waits for: PostgreSQL aborts one.
+        first = await asyncpg.connect(plain_database_url)
+        second = await asyncpg.connect(plain_database_url)
+        try:
+            async with first.transaction(), second.transaction():
+                await first.execute("SELECT pg_advisory_xact_lock(14001)")
+                await second.execute("SELECT pg_advisory_xact_lock(14002)")
+                results = await asyncio.gather(
+                    first.execute("SELECT pg_advisory_xact_lock(14002)"),
+                    second.execute("SELECT pg_advisory_xact_lock(14001)"),
+                    return_exceptions=True,
+                )
+                raise next(r for r in results if isinstance(r, BaseException))
+        finally:
+            await first.close()
+            await second.close()
+
     cases = {
         "refused": (refused, 503),
+        "deadlock": (deadlock, 503),
         "no-socket": (no_socket, 503),
         "missing-file": (missing_file, 500),
         "missing-file-in-a-transaction": (missing_file_in_a_transaction, 500),
