@@ -9,11 +9,22 @@ import asyncpg
 import pytest
 
 from tests.fakellm import FakeLLM
-from tests.integration.conftest import AppFactory, eventually
+from tests.integration.conftest import App, AppFactory, eventually
 
 
 async def statuses(db: asyncpg.Connection) -> list[tuple[int, str]]:
     return [tuple(r) for r in await db.fetch("SELECT memory_id, status FROM memory ORDER BY memory_id")]
+
+
+async def first_summary_refused(make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection, cid: str) -> App:
+    """A service whose first summary (memory 1, of ``cid``) the model refused (HTTP 400)."""
+    api = await make_app()
+    llm.fail_next(1, status=400)
+    for n in (1, 2, 3):
+        await api.post_round(cid, n)
+    await api.idle()
+    assert await statuses(db) == [(1, "failed")]
+    return api
 
 
 async def test_llm_error_fails_the_row_and_the_next_round_triggers_again(
@@ -51,12 +62,7 @@ async def test_llm_error_fails_the_row_and_the_next_round_triggers_again(
 async def test_failed_memory_can_be_retried(
     make_app: AppFactory, llm: FakeLLM, db: asyncpg.Connection
 ) -> None:
-    api = await make_app()
-    llm.fail_next(1, status=400)
-    for n in (1, 2, 3):
-        await api.post_round("r", n)
-    await api.idle()
-    assert await statuses(db) == [(1, "failed")]
+    api = await first_summary_refused(make_app, llm, db, "r")
     response = await api.client.post("/ops/memories/1/retry")
     assert response.status_code == 202
     await api.idle()
@@ -78,12 +84,7 @@ async def test_a_retry_locks_the_conversation_before_the_failed_row(
     side of the deadlock (a 500 for the retry, or for the round). Here a transaction holds the
     conversation's row as a round does, and then reaches for the failed row: with the retry
     waiting on the conversation's row first, there is nothing to deadlock."""
-    api = await make_app()
-    llm.fail_next(1, status=400)
-    for n in (1, 2, 3):
-        await api.post_round("order", n)
-    await api.idle()
-    assert await statuses(db) == [(1, "failed")]
+    api = await first_summary_refused(make_app, llm, db, "order")
     watcher = await asyncpg.connect(plain_database_url)
     try:
         async with db.transaction():
