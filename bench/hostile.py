@@ -70,7 +70,7 @@ from bench.hostile_http import (
     exchange,
     read_response,
 )
-from bench.procs import Child, ProcessFailed, _die_with_parent, child_env, free_port, migrate, wait_healthy
+from bench.procs import Child, ProcessFailed, _prepare_child, child_env, free_port, migrate, wait_healthy
 from bench.report import table
 from bench.stats import summarize_plain
 
@@ -359,7 +359,7 @@ class Hostile:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_prepare_child(None),
             )
             child = Child("hostile-llm", proc, f"http://{HOST}:{port}", log_path, log)
             try:
@@ -393,7 +393,7 @@ class Hostile:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_prepare_child(None),
             )
             child = Child(
                 f"replica-{replica.index}", proc, f"http://{HOST}:{replica.port}", replica.log_path, log
